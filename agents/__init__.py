@@ -1,0 +1,5 @@
+"""Policies: the policy interface, scripted policies, model backends and the baseline arms."""
+
+from countgym.agents.base import Policy, Task, load_policy
+
+__all__ = ["Policy", "Task", "load_policy"]

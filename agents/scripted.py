@@ -1,0 +1,151 @@
+"""Scripted policies that need no model (agents.md section 4).
+
+``oracle`` and ``noisy-pointer`` are reference points that receive the ground-truth points
+explicitly from the caller (``give_truth``), never from the environment. ``blob-counter`` looks
+only at the pixels it is shown.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from countgym.agents.base import Task
+from countgym.agents.blobs import detect_blobs
+from countgym.envs.actions import Answer, Tag
+from countgym.matching import tau_for
+
+MAX_POINTS_PER_CALL = 100
+
+
+class _TagThenAnswer:
+    """Shared loop: tag a list of normalised points (100 per call), then answer a count."""
+
+    name = "scripted"
+
+    def __init__(self) -> None:
+        self.task: Task | None = None
+        self._queue: list[tuple[float, float]] = []
+        self._count = 0
+        self._calls = 0
+        self._done_tagging = False
+
+    def reset(self, first_observation: dict[str, Any], task: Task) -> None:
+        self.task = task
+        self._calls = task.budget
+        self._queue, self._count, self._done_tagging = [], 0, False
+        points, count = self._plan(first_observation, task)
+        self._queue = [(round(x, 1), round(y, 1)) for x, y in points]
+        self._count = count
+        if "tag" not in task.tools or not self._queue:
+            self._done_tagging = True
+
+    def act(self, observation: dict[str, Any]) -> Any:
+        assert self.task is not None, "reset() first"
+        if not self._done_tagging and self._calls > 0:
+            per_call = 1 if self.task.options.get("one_point_per_call") else MAX_POINTS_PER_CALL
+            batch, self._queue = self._queue[:per_call], self._queue[per_call:]
+            self._calls -= 1
+            if not self._queue:
+                self._done_tagging = True
+            return Tag(points=batch)
+        return Answer(count=self._count)
+
+    def _plan(self, obs: dict[str, Any], task: Task) -> tuple[list[tuple[float, float]], int]:
+        raise NotImplementedError
+
+
+class Oracle(_TagThenAnswer):
+    """Tags every ground-truth point and answers the true count; the audit must score it perfectly."""
+
+    name = "oracle"
+    uses_truth = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._truth: list[tuple[float, float]] = []
+
+    def give_truth(self, points_norm: list[tuple[float, float]], n: int) -> None:
+        """Receive the ground truth in the normalised frame (called by the runner)."""
+        self._truth, self._n = list(points_norm), n
+
+    def _plan(self, obs: dict[str, Any], task: Task) -> tuple[list[tuple[float, float]], int]:
+        return self._truth, self._n
+
+
+class NoisyPointer(Oracle):
+    """An oracle with injected errors whose rates the audit must recover.
+
+    ``sigma``: pointing noise, thousandths of the image side (normalised units) per axis;
+    ``omission``: probability an object is skipped; ``duplicate``: probability a tagged object
+    gets a second tag; ``phantom``: expected phantom tags per object, placed far from every
+    object; ``slip``: probability the announced count differs from the tag count by +-1.
+    """
+
+    name = "noisy-pointer"
+
+    def __init__(
+        self,
+        sigma: float = 3.0,
+        omission: float = 0.1,
+        duplicate: float = 0.05,
+        phantom: float = 0.05,
+        slip: float = 0.1,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        for k, v in {"omission": omission, "duplicate": duplicate, "phantom": phantom, "slip": slip}.items():
+            if not 0.0 <= v <= 1.0:
+                raise ValueError(f"{k} must be in [0, 1], got {v}")
+        if sigma < 0:
+            raise ValueError(f"sigma must be >= 0, got {sigma}")
+        self.sigma, self.omission, self.duplicate = sigma, omission, duplicate
+        self.phantom, self.slip = phantom, slip
+        self.rng = np.random.default_rng(seed)
+
+    def seed(self, seed: int) -> None:
+        """Per-episode seeding (the runner calls this so results do not depend on run order)."""
+        self.rng = np.random.default_rng(seed)
+
+    def _plan(self, obs: dict[str, Any], task: Task) -> tuple[list[tuple[float, float]], int]:
+        rng = self.rng
+        truth = np.asarray(self._truth, dtype=float).reshape(-1, 2)
+        w, h = task.image_size
+        to_px = np.array([w / 1000.0, h / 1000.0])
+        tau_norm = tau_for(truth * to_px) / max(w, h) * 1000.0 if len(truth) else 15.0
+        sd = self.sigma
+        pts: list[np.ndarray] = []
+        for p in truth:
+            if rng.random() < self.omission:
+                continue
+            pts.append(p + rng.normal(0, sd, 2))
+            if rng.random() < self.duplicate:
+                pts.append(p + rng.normal(0, sd, 2) + rng.choice([-1, 1], 2) * 0.2 * tau_norm)
+        n_ph = rng.binomial(len(truth), self.phantom) if len(truth) else 0
+        for _ in range(n_ph):
+            for _try in range(200):
+                c = rng.uniform(0, 1000, 2)
+                if not len(truth) or np.min(np.hypot(*(truth - c).T)) > 2.5 * tau_norm:
+                    pts.insert(int(rng.integers(len(pts) + 1)), c)
+                    break
+        pts_l = [(float(np.clip(x, 0, 1000)), float(np.clip(y, 0, 1000))) for x, y in pts]
+        count = len(pts_l)
+        if rng.random() < self.slip:
+            count = max(0, count + int(rng.choice([-1, 1])))
+        return pts_l, count
+
+
+class BlobCounter(_TagThenAnswer):
+    """A classical detector (connected components of dark or coloured pixels) that tags what it
+    finds and answers their number; a model-free policy that only looks at pixels."""
+
+    name = "blob-counter"
+
+    def _plan(self, obs: dict[str, Any], task: Task) -> tuple[list[tuple[float, float]], int]:
+        img = obs["image"]
+        obj = task.obj.lower()
+        target = "red" if "red" in obj else ("any" if obj in ("shapes", "objects") else "dark")
+        h, w = img.shape[:2]
+        pts = [(x * 1000.0 / w, y * 1000.0 / h) for x, y in detect_blobs(img, target=target)]
+        return pts, len(pts)

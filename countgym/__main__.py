@@ -1,0 +1,3 @@
+from countgym.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,245 @@
+"""The ``countgym`` command line (contracts.md). Exit codes: 0 ok, 2 user mistake, 1 internal error."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from countgym.errors import UserError
+
+
+def _positive_int(v: str) -> int:
+    try:
+        i = int(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v!r}") from None
+    if i < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v!r}")
+    return i
+
+
+def _non_negative_int(v: str) -> int:
+    try:
+        i = int(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {v!r}") from None
+    if i < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {v!r}")
+    return i
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports mistakes as one line and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.stderr.write(f"countgym: error: {message} (see 'countgym {self.prog.split()[-1]} --help')\n")
+        sys.exit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="countgym", description="Measure and improve how vision-language models count.")
+    from countgym import __version__
+
+    p.add_argument("--version", action="version", version=f"countgym {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    d = sub.add_parser("demo", help="generate a DotArrays subset, run two model-free policies, audit")
+    d.add_argument("--out", default="countgym-demo", help="output folder (default: countgym-demo)")
+    d.add_argument("--subset", default="dotarrays-main:common", help="battery[:subset] to run on")
+    d.add_argument("--no-progress", action="store_true")
+
+    sc = sub.add_parser("scenes", help="stimulus batteries")
+    scs = sc.add_subparsers(dest="scenes_command", required=True, parser_class=_Parser)
+    mk = scs.add_parser("make", help="write a battery as a dataset folder (manifest.jsonl + media)")
+    mk.add_argument("battery")
+    mk.add_argument("--out", required=True)
+    mk.add_argument("--seed", type=_non_negative_int, default=0)
+    mk.add_argument("--per-level", type=_positive_int, default=None)
+    mk.add_argument("--limit", type=_positive_int, default=None)
+    mk.add_argument("--renderer", default=None)
+    mk.add_argument("--no-progress", action="store_true")
+
+    r = sub.add_parser("run", help="run one cell: dataset x agent x model")
+    r.add_argument("--data", required=True, help="dataset folder or battery name (battery[:subset])")
+    r.add_argument("--agent", required=True, help="built-in arm/policy or package.module:ClassName")
+    r.add_argument("--model", default="", help="model id for model-backed arms")
+    r.add_argument("--tools", nargs="+", default=None, help="enabled tools (tag crop erase grid)")
+    r.add_argument("--budget", type=_non_negative_int, default=None, help="tool-call budget T")
+    r.add_argument("--no-verify", action="store_true", help="ablation: no verification prompt")
+    r.add_argument("--plain-marks", action="store_true", help="ablation: tags without numbers")
+    r.add_argument("--order", choices=["reading", "reverse"], default=None)
+    r.add_argument("--perturb", choices=["remove", "add"], default=None)
+    r.add_argument("--agent-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="policy constructor option (repeatable), e.g. omission=0.2")
+    r.add_argument("--out", default="runs", help="run folder (default: runs)")
+    r.add_argument("--concurrency", type=_positive_int, default=1)
+    r.add_argument("--limit", type=_positive_int, default=None)
+    r.add_argument("--repeats", type=_positive_int, default=1)
+    r.add_argument("--seed", type=_non_negative_int, default=0)
+    r.add_argument("--max-cost", type=float, default=None, help="stop starting episodes at this spend (USD)")
+    r.add_argument("--force", action="store_true", help="discard this cell's log and run again")
+    r.add_argument("--no-progress", action="store_true")
+
+    a = sub.add_parser("audit", help="audit episode logs: episodes.csv, summary.csv")
+    a.add_argument("runs", nargs="+", help="run folders or log files")
+    a.add_argument("--out", required=True)
+
+    rp = sub.add_parser("replay", help="re-render one observation of a logged episode")
+    rp.add_argument("runfile")
+    rp.add_argument("--episode", required=True, help="episode id (or a unique suffix of it)")
+    rp.add_argument("--step", type=_non_negative_int, default=None,
+                    help="observation index: 0 = first observation, k = after step k (default: last)")
+    rp.add_argument("--out", required=True, help="PNG file to write")
+    rp.add_argument("--data", default=None, help="dataset folder, if it moved since the run")
+    return p
+
+
+def _parse_kv(items: Sequence[str]) -> dict[str, Any]:
+    import json
+
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, val = item.partition("=")
+        if not sep or not key:
+            raise UserError(f"--agent-option expects KEY=VALUE, got {item!r}")
+        try:
+            out[key] = json.loads(val)
+        except json.JSONDecodeError:
+            out[key] = val
+    return out
+
+
+def cmd_scenes_make(args: argparse.Namespace) -> int:
+    from countgym.scenes import make_battery
+
+    kwargs: dict[str, Any] = {"seed": args.seed, "limit": args.limit, "progress": not args.no_progress}
+    if args.per_level is not None:
+        kwargs["per_level"] = args.per_level
+    if args.renderer is not None:
+        kwargs["renderer"] = args.renderer
+    try:
+        out = make_battery(args.battery, Path(args.out), **kwargs)
+    except TypeError as e:
+        raise UserError(f"battery {args.battery!r} does not take that option: {e}") from None
+    print(f"wrote {out}")
+    return 0
+
+
+def cell_from_args(args: argparse.Namespace) -> Any:
+    from countgym.runner import CellSpec
+
+    env_options: dict[str, Any] = {}
+    if args.tools is not None:
+        env_options["tools"] = list(args.tools)
+    if args.budget is not None:
+        env_options["budget"] = args.budget
+    if args.no_verify:
+        env_options["verify"] = False
+    if args.plain_marks:
+        env_options["numbered"] = False
+    if args.order:
+        env_options["order"] = args.order
+    if args.perturb:
+        env_options["perturb"] = args.perturb
+    return CellSpec(
+        dataset=args.data,
+        agent=args.agent,
+        model=args.model,
+        env_options=env_options,
+        agent_options=_parse_kv(args.agent_option),
+        repeats=args.repeats,
+        limit=args.limit,
+        seed=args.seed,
+    )
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from countgym.runner import run_cell
+
+    spec = cell_from_args(args)
+    res = run_cell(
+        spec,
+        args.out,
+        concurrency=args.concurrency,
+        max_cost=args.max_cost,
+        force=args.force,
+        progress=not args.no_progress,
+    )
+    msg = f"{res.ran} episodes run, {res.skipped} already done, {res.errors} errors -> {res.log}"
+    if res.stopped_by_cost:
+        msg += f" (stopped at the spend cap: ${res.cost:.4f})"
+    print(msg)
+    for line in res.error_messages[:5]:
+        print(f"  error: {line}", file=sys.stderr)
+    return 0
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    from countgym.analysis import write_audit
+    from countgym.logs import find_logs
+
+    logs = find_logs(args.runs)
+    if not logs:
+        raise UserError(f"no episode logs (*.jsonl) found in {' '.join(args.runs)}")
+    paths = write_audit(logs, Path(args.out))
+    for name, path in paths.items():
+        print(f"{name}: {path}")
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from countgym.envs.replay import replay_observation, write_png
+    from countgym.logs import iter_records
+    from countgym.scenes import resolve_dataset
+
+    path = Path(args.runfile)
+    if not path.is_file():
+        raise UserError(f"no such log file: {path}")
+    matches = [r for r in iter_records([path]) if r.episode_id == args.episode or r.episode_id.endswith(args.episode)]
+    if not matches:
+        raise UserError(f"no episode {args.episode!r} in {path}")
+    if len(matches) > 1:
+        raise UserError(f"{len(matches)} episodes match {args.episode!r} in {path}; give the full id")
+    rec = matches[0]
+    ds = resolve_dataset(args.data or rec.dataset)
+    img = replay_observation(rec, ds, args.step)
+    print(f"wrote {write_png(img, args.out)}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from countgym.demo import run_demo
+
+    run_demo(Path(args.out), subset=args.subset, progress=not args.no_progress)
+    return 0
+
+
+COMMANDS = {"demo": cmd_demo, "run": cmd_run, "audit": cmd_audit, "replay": cmd_replay}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``countgym`` command."""
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "scenes":
+            return cmd_scenes_make(args)
+        return COMMANDS[args.command](args)
+    except UserError as e:
+        print(f"countgym: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("countgym: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - last resort: one line, exit 1
+        if os.environ.get("COUNTGYM_DEBUG"):
+            raise
+        print(f"countgym: internal error: {type(e).__name__}: {e} (set COUNTGYM_DEBUG=1 for a traceback)", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,235 @@
+"""The episode log: one JSON record per finished episode, the contract between running and analysis.
+
+Records are versioned pydantic models. Writing appends one whole line per episode with a single
+``write`` on an ``O_APPEND`` descriptor followed by ``fsync``; a process killed mid-write can
+leave at most a truncated last line, which readers skip (with a warning) and ``LogWriter``
+cuts off before appending again, so a resumed run never duplicates or corrupts a record.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+SCHEMA_VERSION = 1
+
+Point = tuple[float, float]
+EndReason = Literal["answer", "budget", "invalid", "error"]
+
+
+def utcnow() -> str:
+    """Current UTC time as an ISO-8601 string."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+class Usage(BaseModel):
+    """Token usage of one model call; any field may be unknown (null)."""
+
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    reasoning_tokens: int | None = None
+
+
+class StepRecord(BaseModel):
+    """One environment step: the reply, what the parser made of it and the resulting state change.
+
+    The state deltas (``tags_added``, ``tags_cleared``, ``erased_added``, ``grid``,
+    ``perturbation``) are enough to rebuild the episode state after any step, so any
+    working image can be re-rendered exactly (``countgym replay``).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    index: int
+    """0-based step number within the episode."""
+    reply: str | None = None
+    """The raw reply text (null for typed actions)."""
+    action: dict[str, Any] | None = None
+    """The parsed action as a JSON object, or null when the reply did not parse."""
+    parse_error: str | None = None
+    """Why the reply was rejected (invalid reply), else null."""
+    message: str = ""
+    """The environment's message returned to the policy after this step."""
+    tags_added: list[Point] = Field(default_factory=list)
+    """Tags drawn by this step, pixel coordinates of the working image, in order."""
+    tags_dropped: int = 0
+    """Points of this step not drawn (out of range, per-call or per-trajectory cap, tag-1)."""
+    tags_cleared: bool = False
+    """True when this step cleared all earlier tags (``mode: replace``)."""
+    erased_added: list[dict[str, Any]] = Field(default_factory=list)
+    """Erased regions added: ``{"kind": "disc", "xy": [x, y], "r": r}`` or ``{"kind": "box", "xyxy": [...]}``."""
+    grid: bool | None = None
+    """New grid flag when this step changed it."""
+    crop_box: tuple[float, float, float, float] | None = None
+    """Pixel box of the crop view returned by this step, when the observation is a crop."""
+    perturbation: dict[str, Any] | None = None
+    """Harness perturbation applied after this step: ``{"kind": "remove", "index": i}`` or ``{"kind": "add", "xy": [x, y]}``."""
+    calls_left: int = 0
+    """Tool calls left after this step."""
+    usage: Usage | None = None
+    """Token usage of the model call that produced the reply."""
+    cost: float | None = None
+    """Cost in USD of that call, null when unknown."""
+    latency_s: float | None = None
+    """Wall time of that call in seconds."""
+
+
+class ArmSpec(BaseModel):
+    """The arm that produced an episode: its name and its full option dictionary."""
+
+    name: str
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class Truth(BaseModel):
+    """Ground truth, written after the episode ended."""
+
+    n: int
+
+
+class EpisodeRecord(BaseModel):
+    """One finished episode (schema version 1)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    """Log format version; older versions are migrated on read."""
+    episode_id: str
+    """Unique id: ``{cell}/{stimulus_id}/r{repeat}``."""
+    stimulus_id: str
+    stimulus_hash: str | None = None
+    """SHA-256 of the stimulus media the episode saw."""
+    dataset: str
+    """Dataset folder or battery name."""
+    arm: ArmSpec
+    env_options: dict[str, Any] = Field(default_factory=dict)
+    """The environment options (tools, budget, verify, numbered, order, perturb, ...)."""
+    model: str
+    """Model id, or the scripted policy's name."""
+    seed: int
+    repeat: int = 0
+    image_size: tuple[int, int] | None = None
+    """(width, height) of the image the policy saw at the start (after resizing)."""
+    stimulus_size: tuple[int, int] | None = None
+    """(width, height) of the stored stimulus image (ground-truth point frame)."""
+    steps: list[StepRecord] = Field(default_factory=list)
+    tags: list[Point] = Field(default_factory=list)
+    """Final ordered tags, pixel coordinates of the working image."""
+    answer: int | None = None
+    """The announced count (null when none)."""
+    end: EndReason
+    error: str | None = None
+    truth: Truth | None = None
+    countgym_version: str
+    template_hash: str
+    started_at: str
+    finished_at: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _migrate(cls, data: Any) -> Any:
+        # Future schema versions add migrations here; version 1 is the first.
+        return data
+
+
+class LogWriter:
+    """Appends records to one JSONL log file; safe against kills mid-write."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        _repair_tail(self.path)
+
+    def append(self, record: EpisodeRecord) -> None:
+        """Write one record as one line with a single ``write`` call, then fsync."""
+        line = (record.model_dump_json() + "\n").encode("utf-8")
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            view = memoryview(line)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _repair_tail(path: Path) -> None:
+    """Cut a truncated last line (left by a killed writer) so appends start on a fresh line."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with path.open("rb+") as f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        f.seek(max(0, size - 1))
+        if f.read(1) == b"\n":
+            return
+        # Find the last newline and truncate after it.
+        block = 65536
+        pos = size
+        while pos > 0:
+            start = max(0, pos - block)
+            f.seek(start)
+            chunk = f.read(pos - start)
+            idx = chunk.rfind(b"\n")
+            if idx >= 0:
+                f.truncate(start + idx + 1)
+                return
+            pos = start
+        f.truncate(0)
+
+
+class LogLineError(BaseModel):
+    """A log line that could not be read."""
+
+    file: str
+    line: int
+    error: str
+
+
+def iter_records(
+    paths: Iterable[str | Path], errors: list[LogLineError] | None = None
+) -> Iterator[EpisodeRecord]:
+    """Yield valid records from log files; bad lines are reported (file and line) and skipped."""
+    for p in paths:
+        p = Path(p)
+        with p.open(encoding="utf-8", errors="replace") as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    yield EpisodeRecord.model_validate(json.loads(line))
+                except (json.JSONDecodeError, ValidationError) as e:
+                    msg = str(e).splitlines()[0]
+                    err = LogLineError(file=str(p), line=lineno, error=msg)
+                    if errors is not None:
+                        errors.append(err)
+                    warnings.warn(f"{p}:{lineno}: skipped invalid log line: {msg}", stacklevel=2)
+
+
+def find_logs(paths: Iterable[str | Path]) -> list[Path]:
+    """Expand run folders into their ``*.jsonl`` log files (recursively); files pass through."""
+    out: list[Path] = []
+    for p in paths:
+        p = Path(p)
+        if p.is_dir():
+            out.extend(sorted(q for q in p.rglob("*.jsonl") if q.name != "manifest.jsonl"))
+        elif p.is_file():
+            out.append(p)
+        else:
+            from countgym.errors import UserError
+
+            raise UserError(f"no such log file or run folder: {p}")
+    return out
+
+
+def read_records(paths: Iterable[str | Path]) -> list[EpisodeRecord]:
+    """All valid records from files or run folders."""
+    return list(iter_records(find_logs(paths)))

@@ -1,0 +1,31 @@
+"""Declarative, versioned Gymnasium registration of every countgym environment.
+
+Entry points are strings, so registering imports nothing heavy; ``gymnasium.make`` imports the
+environment module on first use. Bump an id's version when reward or observation semantics change.
+"""
+
+from __future__ import annotations
+
+import gymnasium
+
+_IMAGE_ENV = "countgym.envs.image_env:CountImageEnv"
+
+# id -> default dataset (battery name) for the image tool environment.
+IMAGE_ENVS: dict[str, str] = {
+    "countgym/DotArrays-v0": "dotarrays",
+    "countgym/DotArraysXL-v0": "dotarrays-xl",
+    "countgym/Lattice-v0": "lattice",
+}
+
+
+def register_envs() -> None:
+    """Register all environments once (idempotent)."""
+    for env_id, dataset in IMAGE_ENVS.items():
+        if env_id in gymnasium.registry:
+            continue
+        gymnasium.register(
+            id=env_id,
+            entry_point=_IMAGE_ENV,
+            kwargs={"dataset": dataset},
+            disable_env_checker=False,
+        )

@@ -1,0 +1,283 @@
+"""Running episodes: one episode, and one cell (dataset x arm x model x options) with resume.
+
+A cell's episodes go to one JSONL log. Re-running the same cell skips every episode already in
+the log (finished or recorded as an error), so a killed run resumes without duplicates; ``force``
+starts the log afresh. Every episode ends in the log: a policy or environment failure becomes a
+record with ``end="error"``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+import countgym
+from countgym.agents.base import Task
+from countgym.envs import templates as tpl
+from countgym.envs.actions import Reply
+from countgym.errors import UserError
+from countgym.logs import ArmSpec, EpisodeRecord, LogWriter, Truth, iter_records, utcnow
+from countgym.stimulus import Dataset
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    """One cell of a sweep: everything that identifies a run's episodes."""
+
+    dataset: str
+    """Battery name (optionally ``name:subset``) or dataset folder."""
+    agent: str
+    """Built-in policy/arm name or ``package.module:ClassName``."""
+    model: str = ""
+    """Model id for model-backed arms; scripted policies use their own name."""
+    env_options: dict[str, Any] = field(default_factory=dict)
+    """Image-environment options (tools, budget, verify, numbered, order, perturb, prompt, ...)."""
+    agent_options: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments for the policy constructor."""
+    repeats: int = 1
+    limit: int | None = None
+    """Run only the first ``limit`` stimuli of the dataset (manifest order)."""
+    seed: int = 0
+
+    def key(self) -> str:
+        """Short hash of the options that distinguish cells with the same names."""
+        payload = json.dumps(
+            {"env": self.env_options, "agent": self.agent_options, "seed": self.seed},
+            sort_keys=True,
+            default=str,
+        )
+        return hashlib.sha256(payload.encode()).hexdigest()[:8]
+
+    def log_name(self) -> str:
+        """File name of the cell's log."""
+        model = self.model or self.agent
+        return f"{_slug(self.dataset)}__{_slug(self.agent)}__{_slug(model)}__{self.key()}.jsonl"
+
+
+@dataclass
+class CellResult:
+    """What a cell run did."""
+
+    log: Path
+    ran: int = 0
+    skipped: int = 0
+    errors: int = 0
+    cost: float = 0.0
+    stopped_by_cost: bool = False
+    error_messages: list[str] = field(default_factory=list)
+
+
+def _slug(s: str) -> str:
+    s = re.sub(r"[^A-Za-z0-9.+-]+", "-", str(s).strip("/")).strip("-")
+    return s[-60:] or "x"
+
+
+def episode_seed(base: int, stimulus_id: str, repeat: int) -> int:
+    """Stable per-episode seed, independent of run order and process."""
+    h = hashlib.sha256(f"{base}|{stimulus_id}|{repeat}".encode()).digest()
+    return int.from_bytes(h[:4], "little") & 0x7FFFFFFF
+
+
+def make_env(dataset: Dataset | str, env_options: dict[str, Any], *, arm: str, model: str) -> Any:
+    """Build the image tool environment for a cell (unwrapped: the runner checks nothing twice)."""
+    from countgym.envs.image_env import CountImageEnv
+
+    try:
+        return CountImageEnv(dataset, arm=arm, model=model, **env_options)
+    except (TypeError, ValueError) as e:
+        raise UserError(f"invalid environment options {env_options}: {e}") from None
+
+
+def run_episode(
+    env: Any,
+    policy: Any,
+    stimulus_id: str,
+    *,
+    repeat: int = 0,
+    seed: int = 0,
+    episode_id: str | None = None,
+    max_steps: int = 2000,
+) -> EpisodeRecord:
+    """Run one episode to its end and return its record (never raises on policy failures)."""
+    obs, _info = env.reset(
+        seed=seed, options={"stimulus_id": stimulus_id, "repeat": repeat, "episode_id": episode_id}
+    )
+    stim = env.stimulus
+    w, h = env.state.original.size
+    task = Task(
+        obj=stim.obj,
+        obj_sing=stim.obj_sing,
+        image_size=(w, h),
+        tools=env.tools,
+        budget=env.budget,
+        options=env.options(),
+    )
+    if getattr(policy, "uses_truth", False):
+        sw, sh = env._episode["stored_size"]
+        pts = [(x * 1000.0 / sw, y * 1000.0 / sh) for x, y in (stim.points or [])]
+        policy.give_truth(pts, stim.n)
+    if hasattr(policy, "seed") and callable(policy.seed):
+        policy.seed(seed)
+    try:
+        policy.reset(obs, task)
+    except Exception as e:  # noqa: BLE001 - a plug-in's failure is recorded, not raised
+        obs, *_ = env.step(Reply(text="", error=f"policy reset failed: {type(e).__name__}: {e}"))
+        return env.episode_record()
+    for _ in range(max_steps):
+        try:
+            action = policy.act(obs)
+        except Exception as e:  # noqa: BLE001
+            action = Reply(text="", error=f"policy failed: {type(e).__name__}: {e}")
+        obs, _r, terminated, truncated, _info = env.step(action)
+        if terminated or truncated:
+            break
+    else:
+        env.step(Reply(text="", error=f"episode exceeded {max_steps} steps"))
+    return env.episode_record()
+
+
+def _error_record(spec: CellSpec, dataset: Dataset, sid: str, repeat: int, seed: int, eid: str, err: str) -> EpisodeRecord:
+    now = utcnow()
+    stim = dataset[sid]
+    return EpisodeRecord(
+        episode_id=eid,
+        stimulus_id=sid,
+        dataset=spec.dataset,
+        arm=ArmSpec(name=spec.agent, options={**spec.env_options, **spec.agent_options}),
+        env_options=spec.env_options,
+        model=spec.model or spec.agent,
+        seed=seed,
+        repeat=repeat,
+        end="error",
+        error=err,
+        truth=Truth(n=stim.n),
+        countgym_version=countgym.__version__,
+        template_hash=tpl.TEMPLATE_HASH,
+        started_at=now,
+        finished_at=now,
+    )
+
+
+def done_episodes(log: Path) -> tuple[set[tuple[str, int]], float]:
+    """(stimulus_id, repeat) pairs already in a log, and the cost they recorded."""
+    done: set[tuple[str, int]] = set()
+    cost = 0.0
+    if log.exists():
+        for rec in iter_records([log]):
+            done.add((rec.stimulus_id, rec.repeat))
+            cost += sum(s.cost or 0.0 for s in rec.steps)
+    return done, cost
+
+
+def run_cell(
+    spec: CellSpec,
+    out_dir: str | Path,
+    *,
+    policy_factory: Callable[[], Any] | None = None,
+    dataset: Dataset | None = None,
+    concurrency: int = 1,
+    max_cost: float | None = None,
+    force: bool = False,
+    progress: bool = True,
+) -> CellResult:
+    """Run every (stimulus, repeat) of a cell not yet in its log; append each finished episode."""
+    from countgym.agents.base import load_policy
+    from countgym.scenes import resolve_dataset
+
+    if concurrency < 1:
+        raise UserError(f"--concurrency must be >= 1, got {concurrency}")
+    if spec.repeats < 1:
+        raise UserError(f"--repeats must be >= 1, got {spec.repeats}")
+    ds = dataset if dataset is not None else resolve_dataset(spec.dataset)
+    factory = policy_factory or (lambda: load_policy(spec.agent, **spec.agent_options))
+    factory()  # fail fast on a bad agent spec, before any episode starts
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    log = out / spec.log_name()
+    if force and log.exists():
+        log.unlink()
+    (out / (log.stem + ".cell.json")).write_text(
+        json.dumps({**asdict(spec), "countgym_version": countgym.__version__}, indent=2, default=str)
+    )
+    writer = LogWriter(log)
+    done, cost = done_episodes(log)
+    ids = ds.ids()[: spec.limit] if spec.limit is not None else ds.ids()
+    todo = [(sid, r) for r in range(spec.repeats) for sid in ids if (sid, r) not in done]
+    result = CellResult(log=log, skipped=len(ids) * spec.repeats - len(todo), cost=cost)
+    lock = threading.Lock()
+    model = spec.model or spec.agent
+
+    def one(sid: str, r: int) -> EpisodeRecord:
+        seed = episode_seed(spec.seed, sid, r)
+        eid = f"{log.stem}/{sid}/r{r}"
+        try:
+            env = make_env(ds, spec.env_options, arm=spec.agent, model=model)
+            rec = run_episode(env, factory(), sid, repeat=r, seed=seed, episode_id=eid)
+            rec.dataset = spec.dataset
+            rec.arm = ArmSpec(name=spec.agent, options={**env.options(), **spec.agent_options})
+            return rec
+        except Exception as e:  # noqa: BLE001 - an episode's failure is recorded, not raised
+            detail = "".join(traceback.format_exception_only(type(e), e)).strip()
+            return _error_record(spec, ds, sid, r, seed, eid, detail)
+
+    bar = tqdm(total=len(todo), desc=log.stem[:40], unit="ep", disable=not progress, dynamic_ncols=True)
+    t0 = time.perf_counter()
+
+    def record(rec: EpisodeRecord) -> None:
+        with lock:
+            writer.append(rec)
+            result.ran += 1
+            result.cost += sum(s.cost or 0.0 for s in rec.steps)
+            if rec.end == "error":
+                result.errors += 1
+                if len(result.error_messages) < 20:
+                    result.error_messages.append(f"{rec.stimulus_id}: {rec.error}")
+            rate = result.ran / max(1e-9, time.perf_counter() - t0)
+            bar.set_postfix(eps=f"{rate:.2f}/s", cost=f"${result.cost:.4f}", errors=result.errors)
+            bar.update(1)
+
+    def over_budget() -> bool:
+        return max_cost is not None and result.cost >= max_cost
+
+    try:
+        if concurrency == 1:
+            for sid, r in todo:
+                if over_budget():
+                    result.stopped_by_cost = True
+                    break
+                record(one(sid, r))
+        else:
+            with ThreadPoolExecutor(max_workers=concurrency) as pool:
+                pending: set[Future[EpisodeRecord]] = set()
+                it: Iterator[tuple[str, int]] = iter(todo)
+                exhausted = False
+                while True:
+                    while not exhausted and len(pending) < concurrency:
+                        if over_budget():
+                            result.stopped_by_cost = True
+                            exhausted = True
+                            break
+                        nxt = next(it, None)
+                        if nxt is None:
+                            exhausted = True
+                            break
+                        pending.add(pool.submit(one, *nxt))
+                    if not pending:
+                        break
+                    finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    for f in finished:
+                        record(f.result())
+    finally:
+        bar.close()
+    return result

@@ -1,0 +1,1 @@
+"""Gymnasium environments: the image tool environment, its parser and renderer, single-step envs."""

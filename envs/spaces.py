@@ -1,0 +1,78 @@
+"""Observation and action spaces that honestly contain every observation and reply.
+
+Images vary in size (datasets differ, crops change the size), so the image space is a custom
+``Space`` of uint8 H x W x 3 arrays with both sides in [1, max_side]; Gymnasium batches custom
+spaces as tuples, so ``SyncVectorEnv`` and ``AsyncVectorEnv(shared_memory=False)`` work. The text
+space accepts any string up to ``max_length`` characters (model replies and prompts are not
+alphanumeric). Shared memory is refused loudly for both: Gymnasium's shared-memory path for
+``Text`` silently corrupts messages (platform-notes), so we never let it be used.
+"""
+
+from __future__ import annotations
+
+import string
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from gymnasium.error import CustomSpaceError
+from gymnasium.vector.utils import create_shared_memory
+
+MAX_SIDE = 1024
+CHARSET = string.ascii_letters + string.digits + string.punctuation + " \n"
+
+
+class ImageSpace(spaces.Space[np.ndarray]):
+    """uint8 RGB images of any size with 1 <= height, width <= ``max_side``."""
+
+    def __init__(self, max_side: int = MAX_SIDE, seed: int | np.random.Generator | None = None):
+        self.max_side = int(max_side)
+        super().__init__(shape=None, dtype=np.uint8, seed=seed)
+
+    @property
+    def is_np_flattenable(self) -> bool:
+        return False
+
+    def sample(self, mask: Any = None, probability: Any = None) -> np.ndarray:
+        h, w = self.np_random.integers(1, min(self.max_side, 64) + 1, size=2)
+        return self.np_random.integers(0, 256, size=(int(h), int(w), 3), dtype=np.uint8)
+
+    def contains(self, x: Any) -> bool:
+        return (
+            isinstance(x, np.ndarray)
+            and x.dtype == np.uint8
+            and x.ndim == 3
+            and x.shape[2] == 3
+            and 1 <= x.shape[0] <= self.max_side
+            and 1 <= x.shape[1] <= self.max_side
+        )
+
+    def __repr__(self) -> str:
+        return f"ImageSpace(max_side={self.max_side})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ImageSpace) and other.max_side == self.max_side
+
+
+class MessageSpace(spaces.Text):
+    """Any string of at most ``max_length`` characters (samples use a printable charset)."""
+
+    def __init__(self, max_length: int = 65536, seed: int | np.random.Generator | None = None):
+        super().__init__(max_length=max_length, min_length=0, charset=CHARSET, seed=seed)
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, str) and len(x) <= self.max_length
+
+    def __repr__(self) -> str:
+        return f"MessageSpace(max_length={self.max_length})"
+
+
+def _refuse_shared_memory(space: Any, n: int = 1, ctx: Any = None) -> Any:
+    raise CustomSpaceError(
+        f"{type(space).__name__} cannot live in shared memory; use "
+        "AsyncVectorEnv(..., shared_memory=False) or countgym.envs.make_vec"
+    )
+
+
+create_shared_memory.register(ImageSpace)(_refuse_shared_memory)
+create_shared_memory.register(MessageSpace)(_refuse_shared_memory)
