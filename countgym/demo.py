@@ -16,11 +16,12 @@ DEMO_AGENTS: dict[str, dict] = {
     "blob-counter": {},
     "noisy-pointer": {"sigma": 4.0, "omission": 0.10, "duplicate": 0.05, "phantom": 0.05, "slip": 0.10},
 }
-SUMMARY_COLUMNS = [
-    "arm", "n_episodes", "EM", "Acc@10%", "MAE", "coverage",
-    "on_target_per100", "duplicate_per100", "phantom_per100", "omission_per100",
-    "cardinality_consistency", "pointing_error",
-]
+SUMMARY_COLUMNS = {
+    "arm": "arm", "n_episodes": "episodes", "em": "EM", "acc10": "Acc@10%", "mae": "MAE",
+    "coverage": "coverage", "on_target_per100": "on-target", "duplicate_per100": "duplicate",
+    "phantom_per100": "phantom", "omission_per100": "omission",
+    "cardinality_consistency": "card.cons.", "pointing_error": "pointing err",
+}
 
 
 def run_demo(out: Path, *, subset: str = "dotarrays-main:common", progress: bool = True) -> dict[str, Path]:
@@ -54,5 +55,8 @@ def _print_summary(path: Path) -> None:
 
     df = pd.read_csv(path)
     cols = [c for c in SUMMARY_COLUMNS if c in df.columns]
+    table = df[cols].rename(columns=SUMMARY_COLUMNS)
+    print("\nAudit rates are per 100 ground-truth objects; pointing error in thousandths of the image side.")
     with pd.option_context("display.width", 200, "display.max_columns", 30, "display.precision", 3):
-        print(df[cols].to_string(index=False))
+        print(table.to_string(index=False))
+    print()

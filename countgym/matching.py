@@ -74,31 +74,26 @@ def match_tags(
     if tau is None:
         tau = tau_for(p, scale=tau_scale)
     n_t, n_p = len(t), len(p)
-    label = ["phantom"] * n_t
-    obj = [-1] * n_t
-    dists: list[float] = []
     if n_t == 0 or n_p == 0:
-        return Match(tau, tuple(label), tuple(obj), tuple(range(n_p)), ())
+        return Match(float(tau), ("phantom",) * n_t, (-1,) * n_t, tuple(range(n_p)), ())
     d = np.sqrt(((t[:, None, :] - p[None, :, :]) ** 2).sum(-1))
     allowed = d <= tau
-    matched_p: set[int] = set()
-    if allowed.any():
-        # Only rows/cols with at least one allowed pair take part; forbidden pairs get a cost
-        # so large that the solver never prefers them over leaving both unmatched.
-        rows = np.flatnonzero(allowed.any(1))
+    tag_obj = np.full(n_t, -1)
+    near_any = allowed.any(1)
+    if near_any.any():
+        # Only rows/cols with at least one allowed pair take part; forbidden pairs get a cost so
+        # large that the solver first maximises the number of allowed matches, then their cost.
+        rows = np.flatnonzero(near_any)
         cols = np.flatnonzero(allowed.any(0))
         sub = np.where(allowed[np.ix_(rows, cols)], d[np.ix_(rows, cols)], _FORBIDDEN)
         r, c = linear_sum_assignment(sub)
-        for ri, ci in zip(r, c, strict=True):
-            if sub[ri, ci] < _FORBIDDEN:
-                ti, pi = int(rows[ri]), int(cols[ci])
-                label[ti] = "on_target"
-                obj[ti] = pi
-                matched_p.add(pi)
-                dists.append(float(d[ti, pi]))
-    near_any = allowed.any(1)
-    for i in range(n_t):
-        if label[i] != "on_target" and near_any[i]:
-            label[i] = "duplicate"
-    omitted = tuple(j for j in range(n_p) if j not in matched_p)
-    return Match(float(tau), tuple(label), tuple(obj), omitted, tuple(dists))
+        ok = sub[r, c] < _FORBIDDEN
+        tag_obj[rows[r[ok]]] = cols[c[ok]]
+    on = tag_obj >= 0
+    label = np.where(on, "on_target", np.where(near_any, "duplicate", "phantom")).tolist()
+    matched = np.zeros(n_p, dtype=bool)
+    matched[tag_obj[on]] = True
+    omitted = tuple(np.flatnonzero(~matched).tolist())
+    dists = tuple(d[np.flatnonzero(on), tag_obj[on]].tolist())
+    obj = tag_obj.tolist()
+    return Match(float(tau), tuple(label), tuple(obj), omitted, dists)

@@ -12,7 +12,6 @@ import hashlib
 import json
 import re
 import threading
-import time
 import traceback
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -231,8 +230,8 @@ def run_cell(
             detail = "".join(traceback.format_exception_only(type(e), e)).strip()
             return _error_record(spec, ds, sid, r, seed, eid, detail)
 
-    bar = tqdm(total=len(todo), desc=log.stem[:40], unit="ep", disable=not progress, dynamic_ncols=True)
-    t0 = time.perf_counter()
+    label = f"{spec.agent}{' / ' + spec.model if spec.model else ''} on {Path(spec.dataset).name}"
+    bar = tqdm(total=len(todo), desc=label, unit="ep", disable=not progress, dynamic_ncols=True)
 
     def record(rec: EpisodeRecord) -> None:
         with lock:
@@ -243,8 +242,7 @@ def run_cell(
                 result.errors += 1
                 if len(result.error_messages) < 20:
                     result.error_messages.append(f"{rec.stimulus_id}: {rec.error}")
-            rate = result.ran / max(1e-9, time.perf_counter() - t0)
-            bar.set_postfix(eps=f"{rate:.2f}/s", cost=f"${result.cost:.4f}", errors=result.errors)
+            bar.set_postfix(cost=f"${result.cost:.4f}", errors=result.errors, refresh=False)
             bar.update(1)
 
     def over_budget() -> bool:

@@ -11,6 +11,8 @@ from PIL import Image, ImageDraw
 from countgym.stimulus import Dataset, Stimulus, write_manifest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Batteries built on demand go to a cache; keep the test run's cache out of the user's home.
+os.environ.setdefault("COUNTGYM_CACHE", str(Path(__file__).resolve().parent.parent / ".cache" / "countgym"))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 TINY_POINTS = {

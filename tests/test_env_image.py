@@ -10,7 +10,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from countgym.envs import templates as tpl
-from countgym.envs.actions import Answer, Reply, Tag
+from countgym.envs.actions import Answer, Reply
 from countgym.envs.image_env import CountImageEnv
 from countgym.envs.render import crop_size, render_working_image
 

@@ -61,7 +61,7 @@ def test_answer_always_enabled_and_validated() -> None:
     assert parse_action('{"tool":"answer","count":"7"}', tools=()).action == Answer(count=7)
     assert parse_action('{"tool":"answer","count":7.0}', tools=()).action == Answer(count=7)
     for bad in ('7.5', '-1', 'null', '"many"', 'true', '1e300'):
-        assert parse_action('{"tool":"answer","count":%s}' % bad, tools=()).action is None
+        assert parse_action('{"tool":"answer","count":' + bad + '}', tools=()).action is None
 
 
 def test_answer_line_without_json() -> None:

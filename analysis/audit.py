@@ -1,0 +1,399 @@
+"""Point-level audit of episodes (analysis spec section 2; *Give the Model a Finger*, Section 4
+and Appendix E).
+
+Tags are matched to ground-truth points with ``countgym.matching.match_tags`` (the same
+Hungarian matcher the environment uses), giving on-target tags, duplicates, phantoms and
+omissions, plus the pointing error, cardinality consistency, revision and tau-sensitivity
+columns. ``audit_episodes`` turns episode records into one tidy DataFrame row per episode.
+
+Frames: a record's tags are pixels of the image the policy saw (``image_size``); ground-truth
+points are pixels of the stored stimulus (``stimulus_size``). Points are scaled into the tag
+frame, and tau (with its 15 px floor) and distances are measured there.
+
+Which episodes are audited: those with point ground truth whose arm tags, i.e. the episode made
+at least one tag call, ends with tags, or has ``"tag"`` among its enabled tools. Auditing a
+direct-answer episode would score every object as an omission, which says nothing about
+pointing. Episodes that are not audited keep their counting metrics and get NA audit columns.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from countgym.errors import UserError
+from countgym.logs import EpisodeRecord
+from countgym.matching import match_tags, tau_for
+from countgym.stimulus import Dataset, Stimulus
+
+Resolver = Callable[[str], Dataset]
+
+TAU_SCALES: tuple[float, ...] = (0.75, 1.5)
+"""Tau-sensitivity scales of Appendix E (Table 6)."""
+
+AUDIT_LABELS: tuple[str, ...] = ("on_target", "duplicate", "phantom", "omission")
+
+META_KEYS: tuple[str, ...] = ("battery", "subset", "set", "arrangement", "factor")
+"""Stimulus ``meta`` keys copied into the episodes table (NA when a stimulus lacks one)."""
+
+CONTRACT_COLUMNS: tuple[str, ...] = (
+    "episode_id", "stimulus_id", "dataset", "arm", "model", "repeat", "n_true", "answer",
+    "correct", "abs_error", "n_tags", "on_target", "duplicate", "phantom", "omission", "tau",
+    "pointing_error", "cardinality_consistent", "tag_calls", "end",
+)  # fmt: skip
+"""The columns ``episodes.csv`` promises (``contracts.md``), in order; extras follow."""
+
+
+def scale_label(scale: float) -> str:
+    """Column suffix for a tau scale: 0.75 -> ``t075``, 1.5 -> ``t150``."""
+    return f"t{round(scale * 100):03d}"
+
+
+def sensitivity_columns(tau_scales: Sequence[float] = TAU_SCALES) -> list[str]:
+    """Names of the tau-sensitivity columns, e.g. ``on_target_t075``."""
+    return [f"{lab}_{scale_label(s)}" for s in tau_scales for lab in AUDIT_LABELS]
+
+
+def _default_resolve(name: str) -> Dataset:
+    # Imported lazily: scenes is a sibling capability and may pull generators in.
+    from countgym.scenes import resolve_dataset
+
+    return resolve_dataset(name)
+
+
+# --- one image ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TagAudit:
+    """Audit of one final tag set against one image's ground-truth points.
+
+    ``sensitivity`` maps each tau scale to its (on_target, duplicate, phantom, omission).
+    ``pointing_error`` is the median on-target distance in thousandths of the shorter image
+    side (NaN without on-target tags or without a known image size).
+    """
+
+    on_target: int
+    duplicate: int
+    phantom: int
+    omission: int
+    tau: float
+    pointing_error: float
+    sensitivity: tuple[tuple[float, tuple[int, int, int, int]], ...] = ()
+
+
+def scale_points(
+    points: np.ndarray | Sequence[Sequence[float]],
+    stimulus_size: tuple[int, int] | None,
+    image_size: tuple[int, int] | None,
+) -> np.ndarray:
+    """Ground-truth points moved from the stored image's pixels into the seen image's pixels."""
+    p = np.asarray(points, dtype=float).reshape(-1, 2)
+    if stimulus_size is None or image_size is None or tuple(stimulus_size) == tuple(image_size):
+        return p
+    sw, sh = stimulus_size
+    iw, ih = image_size
+    if sw <= 0 or sh <= 0:
+        raise ValueError(f"stimulus_size must be positive, got {stimulus_size!r}")
+    return p * np.array([iw / sw, ih / sh])
+
+
+def audit_tags(
+    tags: np.ndarray | Sequence[Sequence[float]],
+    points: np.ndarray | Sequence[Sequence[float]],
+    *,
+    shorter_side: float | None = None,
+    tau: float | None = None,
+    tau_scales: Sequence[float] = TAU_SCALES,
+) -> TagAudit:
+    """Match tags to points (same frame) and count on-target/duplicate/phantom/omission.
+
+    ``tau`` defaults to ``tau_for(points)``; the sensitivity rows use ``tau * scale``, which
+    equals ``tau_for(points, scale=scale)``.
+    """
+    if shorter_side is not None and not shorter_side > 0:
+        raise ValueError(f"shorter_side must be positive, got {shorter_side!r}")
+    p = np.asarray(points, dtype=float).reshape(-1, 2)
+    t = np.asarray(tags, dtype=float).reshape(-1, 2)
+    base = tau_for(p) if tau is None else float(tau)
+    m = match_tags(t, p, tau=base)
+    if m.distances and shorter_side:
+        pe = 1000.0 * float(np.median(m.distances)) / float(shorter_side)
+    else:
+        pe = float("nan")
+    sens = []
+    for s in tau_scales:
+        ms = match_tags(t, p, tau=base * s)
+        sens.append((float(s), (ms.on_target, ms.duplicate, ms.phantom, ms.omission)))
+    return TagAudit(m.on_target, m.duplicate, m.phantom, m.omission, m.tau, pe, tuple(sens))
+
+
+# --- episodes -----------------------------------------------------------------------------------
+
+
+def count_tag_calls(record: EpisodeRecord) -> int:
+    """Number of steps whose parsed action is a tag call."""
+    return sum(1 for s in record.steps if s.action is not None and s.action.get("tool") == "tag")
+
+
+def _tools_include_tag(record: EpisodeRecord) -> bool:
+    for opts in (record.env_options, record.arm.options):
+        tools = opts.get("tools")
+        if isinstance(tools, str):
+            tools = tools.replace(",", " ").split()
+        if isinstance(tools, list | tuple | set | frozenset) and "tag" in tools:
+            return True
+    return False
+
+
+def _meta_value(v: Any) -> Any:
+    """Meta values as CSV-friendly scalars (lists joined by ';', dicts as JSON)."""
+    if isinstance(v, list | tuple):
+        return ";".join(str(x) for x in v)
+    if isinstance(v, dict):
+        return json.dumps(v, sort_keys=True)
+    return v
+
+
+class _StimulusLookup:
+    """Resolves (dataset, stimulus_id) to a Stimulus, one resolve per dataset, warning once."""
+
+    def __init__(self, resolve: Resolver) -> None:
+        self._resolve = resolve
+        self._datasets: dict[str, Dataset | None] = {}
+        self.missing: dict[str, int] = {}
+
+    def get(self, dataset: str, stimulus_id: str) -> Stimulus | None:
+        if dataset not in self._datasets:
+            try:
+                self._datasets[dataset] = self._resolve(dataset)
+            except UserError as e:
+                warnings.warn(
+                    f"dataset {dataset!r} could not be resolved ({e}); its episodes get no audit",
+                    stacklevel=3,
+                )
+                self._datasets[dataset] = None
+        ds = self._datasets[dataset]
+        if ds is None:
+            return None
+        try:
+            return ds[stimulus_id]
+        except UserError:
+            self.missing[dataset] = self.missing.get(dataset, 0) + 1
+            return None
+
+
+def _dedupe(records: Iterable[EpisodeRecord]) -> list[EpisodeRecord]:
+    seen: set[str] = set()
+    out: list[EpisodeRecord] = []
+    dup: list[str] = []
+    for r in records:
+        if r.episode_id in seen:
+            dup.append(r.episode_id)
+            continue
+        seen.add(r.episode_id)
+        out.append(r)
+    if dup:
+        warnings.warn(
+            f"{len(dup)} duplicate episode ids skipped (first kept), e.g. {dup[0]!r}", stacklevel=3
+        )
+    return out
+
+
+_BASE_EXTRA_COLUMNS = (
+    "seed", "answered", "acc10", "signed_error", "revised", "n_steps", "audited", "image_w",
+    "image_h",
+)  # fmt: skip
+
+
+def _check_audit_args(tau_scales: Sequence[float], meta_keys: Sequence[str]) -> None:
+    for s in tau_scales:
+        if not s > 0:
+            raise ValueError(f"tau_scales must be positive, got {tuple(tau_scales)!r}")
+    taken = {*CONTRACT_COLUMNS, *_BASE_EXTRA_COLUMNS, *sensitivity_columns(tau_scales)}
+    clash = [k for k in meta_keys if k in taken]
+    if clash or len(set(meta_keys)) != len(meta_keys):
+        raise ValueError(
+            f"meta_keys must be distinct and not name built-in columns, got {tuple(meta_keys)!r}"
+        )
+
+
+def audit_episodes(
+    records: Iterable[EpisodeRecord],
+    *,
+    resolve: Resolver | None = None,
+    tau_scales: Sequence[float] = TAU_SCALES,
+    meta_keys: Sequence[str] = META_KEYS,
+) -> pd.DataFrame:
+    """One row per episode: counting metrics plus the point-level audit.
+
+    Columns: ``CONTRACT_COLUMNS`` first, then ``seed, answered, acc10, signed_error, revised,
+    n_steps, audited, image_w, image_h``, the tau-sensitivity columns and ``meta_keys``.
+    ``resolve`` maps a record's ``dataset`` to a ``Dataset`` (default
+    ``countgym.scenes.resolve_dataset``); each dataset is resolved once. Duplicate episode ids
+    are skipped with a warning.
+    """
+    _check_audit_args(tau_scales, meta_keys)
+    lookup = _StimulusLookup(resolve or _default_resolve)
+    sens_cols = sensitivity_columns(tau_scales)
+    cols: dict[str, list[Any]] = {
+        c: []
+        for c in (
+            *CONTRACT_COLUMNS, *_BASE_EXTRA_COLUMNS, *sens_cols, *meta_keys,
+        )
+    }  # fmt: skip
+    # Ground truth in the tag frame and its tau, shared by every arm/repeat on one image.
+    gt_cache: dict[tuple[str, str, tuple[int, int] | None], tuple[np.ndarray, float]] = {}
+    mismatched = 0
+
+    for rec in _dedupe(records):
+        stim = lookup.get(rec.dataset, rec.stimulus_id)
+        n_true = rec.truth.n if rec.truth is not None else (stim.n if stim is not None else None)
+        if stim is not None and rec.truth is not None and stim.n != rec.truth.n:
+            mismatched += 1
+            stim = None  # the dataset's stimulus is not the one this episode saw
+
+        tag_calls = count_tag_calls(rec)
+        n_tags = len(rec.tags)
+        answer = rec.answer
+        frame = rec.image_size or rec.stimulus_size
+        audit: TagAudit | None = None
+        if (
+            stim is not None
+            and stim.points is not None
+            and (tag_calls > 0 or n_tags > 0 or _tools_include_tag(rec))
+        ):
+            key = (rec.dataset, rec.stimulus_id, rec.image_size)
+            if key not in gt_cache:
+                pts = scale_points(stim.points, rec.stimulus_size, rec.image_size)
+                gt_cache[key] = (pts, tau_for(pts))
+            pts, tau = gt_cache[key]
+            audit = audit_tags(
+                rec.tags,
+                pts,
+                shorter_side=float(min(frame)) if frame else None,
+                tau=tau,
+                tau_scales=tau_scales,
+            )
+
+        if n_true is None:
+            correct = acc10 = pd.NA
+            abs_err = signed = float("nan")
+        elif answer is None:
+            correct = acc10 = False
+            abs_err = signed = float("nan")
+        else:
+            signed = float(answer - n_true)
+            abs_err = abs(signed)
+            correct = answer == n_true
+            acc10 = abs_err <= n_true // 10
+
+        c = cols
+        c["episode_id"].append(rec.episode_id)
+        c["stimulus_id"].append(rec.stimulus_id)
+        c["dataset"].append(rec.dataset)
+        c["arm"].append(rec.arm.name)
+        c["model"].append(rec.model)
+        c["repeat"].append(rec.repeat)
+        c["n_true"].append(n_true)
+        c["answer"].append(answer)
+        c["correct"].append(correct)
+        c["abs_error"].append(abs_err)
+        c["n_tags"].append(n_tags)
+        if audit is None:
+            for lab in AUDIT_LABELS:
+                c[lab].append(pd.NA)
+            c["tau"].append(float("nan"))
+            c["pointing_error"].append(float("nan"))
+            for col in sens_cols:
+                c[col].append(pd.NA)
+        else:
+            c["on_target"].append(audit.on_target)
+            c["duplicate"].append(audit.duplicate)
+            c["phantom"].append(audit.phantom)
+            c["omission"].append(audit.omission)
+            c["tau"].append(audit.tau)
+            c["pointing_error"].append(audit.pointing_error)
+            for scale, counts in audit.sensitivity:
+                sfx = scale_label(scale)
+                for lab, v in zip(AUDIT_LABELS, counts, strict=True):
+                    c[f"{lab}_{sfx}"].append(v)
+        # Cardinality consistency only means something once the policy has tagged; no
+        # announced count is inconsistent.
+        c["cardinality_consistent"].append(answer == n_tags if tag_calls > 0 else pd.NA)
+        c["tag_calls"].append(tag_calls)
+        c["end"].append(rec.end)
+        c["seed"].append(rec.seed)
+        c["answered"].append(answer is not None)
+        c["acc10"].append(acc10)
+        c["signed_error"].append(signed)
+        c["revised"].append(tag_calls >= 2)
+        c["n_steps"].append(len(rec.steps))
+        c["audited"].append(audit is not None)
+        c["image_w"].append(frame[0] if frame else None)
+        c["image_h"].append(frame[1] if frame else None)
+        meta = stim.meta if stim is not None else {}
+        for k in meta_keys:
+            c[k].append(_meta_value(meta[k]) if k in meta else pd.NA)
+
+    for ds, k in lookup.missing.items():
+        warnings.warn(
+            f"{k} stimulus ids not found in dataset {ds!r}; those episodes get no audit",
+            stacklevel=2,
+        )
+    if mismatched:
+        warnings.warn(
+            f"{mismatched} episodes have truth.n different from their dataset stimulus's n; "
+            "those episodes get no audit",
+            stacklevel=2,
+        )
+    return _to_frame(cols, sens_cols, meta_keys)
+
+
+_DTYPES: dict[str, str] = {
+    "repeat": "int64",
+    "n_true": "Int64",
+    "answer": "Int64",
+    "correct": "boolean",
+    "abs_error": "float64",
+    "n_tags": "int64",
+    "on_target": "Int64",
+    "duplicate": "Int64",
+    "phantom": "Int64",
+    "omission": "Int64",
+    "tau": "float64",
+    "pointing_error": "float64",
+    "cardinality_consistent": "boolean",
+    "tag_calls": "int64",
+    "seed": "int64",
+    "answered": "bool",
+    "acc10": "boolean",
+    "signed_error": "float64",
+    "revised": "bool",
+    "n_steps": "int64",
+    "audited": "bool",
+    "image_w": "Int64",
+    "image_h": "Int64",
+}
+
+
+def _to_frame(
+    cols: dict[str, list[Any]], sens_cols: list[str], meta_keys: Sequence[str]
+) -> pd.DataFrame:
+    data: dict[str, Any] = {}
+    for name, values in cols.items():
+        if name in _DTYPES:
+            data[name] = pd.array(values, dtype=_DTYPES[name])
+        elif name in sens_cols:
+            data[name] = pd.array(values, dtype="Int64")
+        elif name in meta_keys:
+            data[name] = pd.Series(values, dtype=object).infer_objects()
+        else:
+            data[name] = values
+    return pd.DataFrame(data)

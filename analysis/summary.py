@@ -1,0 +1,208 @@
+"""Group summaries of the episodes table: counting metrics, audit rates and bootstrap CIs.
+
+``summarize`` gives one row per group (by default dataset x arm x model); ``accuracy_by`` gives
+one row per group and level of a key (by default the true count n).
+
+- Counting metrics use episodes with a known true count; MAE and RMSE use answered ones.
+- Audit rates are per 100 ground-truth objects: the sum of a count over audited episodes
+  divided by the sum of their ``n_true``, times 100.
+- Pointing error is the median over images of the per-image median on-target distance
+  (thousandths of the shorter side); every audited episode is one image trajectory.
+- Revision rate is the share of trajectories with a second tag call among those with at least
+  one tag call.
+- EM and MAE come with percentile bootstrap CIs that resample episodes within the group, with a
+  fresh ``numpy.random.default_rng(seed)`` per group so a group's interval does not depend on
+  which other groups are summarised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .audit import AUDIT_LABELS, TAU_SCALES, scale_label
+from .bootstrap import bootstrap_ratios, percentile_interval
+from .metrics import counting_scores
+
+DEFAULT_BY: tuple[str, ...] = ("dataset", "arm", "model")
+
+_COUNTING_REQUIRED = ("n_true", "answer")
+_AUDIT_REQUIRED = (
+    "audited", "on_target", "duplicate", "phantom", "omission", "tau", "pointing_error",
+    "cardinality_consistent", "tag_calls", "revised",
+)  # fmt: skip
+
+_COUNTING_COLUMNS = (
+    "n_episodes", "n_answered", "em", "em_ci_low", "em_ci_high", "acc10", "mae", "mae_ci_low",
+    "mae_ci_high", "rmse", "mean_signed_error", "coverage",
+)  # fmt: skip
+
+
+def summary_columns(
+    by: Sequence[str] = DEFAULT_BY, tau_scales: Sequence[float] = TAU_SCALES
+) -> list[str]:
+    """The columns ``summarize`` returns, in order."""
+    sens = [f"{lab}_per100_{scale_label(s)}" for s in tau_scales for lab in AUDIT_LABELS]
+    return [
+        *by, *_COUNTING_COLUMNS, "n_audited", "n_objects",
+        *(f"{lab}_per100" for lab in AUDIT_LABELS),
+        "cardinality_consistency", "pointing_error", "revision_rate", "tau_median", *sens,
+    ]  # fmt: skip
+
+
+# --- validation ---------------------------------------------------------------------------------
+
+
+def _check_by(by: str | Sequence[str], episodes: pd.DataFrame, *, name: str = "by") -> list[str]:
+    keys = [by] if isinstance(by, str) else list(by)
+    if not keys:
+        raise ValueError(f"{name} must name at least one column, got {by!r}")
+    missing = [k for k in keys if k not in episodes.columns]
+    if missing:
+        raise ValueError(f"{name} names columns not in the episodes table: {missing!r}")
+    return keys
+
+
+def _check_episodes(episodes: pd.DataFrame, required: Sequence[str]) -> None:
+    if not isinstance(episodes, pd.DataFrame):
+        raise TypeError(f"episodes must be a pandas DataFrame, got {type(episodes).__name__}")
+    missing = [c for c in required if c not in episodes.columns]
+    if missing:
+        raise ValueError(f"episodes lacks the columns {missing!r} (make it with audit_episodes)")
+
+
+def _check_options(n_resamples: int, confidence: float) -> None:
+    if not isinstance(n_resamples, int | np.integer) or n_resamples < 1:
+        raise ValueError(f"n_resamples must be a positive integer, got {n_resamples!r}")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence!r}")
+
+
+# --- computation --------------------------------------------------------------------------------
+
+
+def _float(s: pd.Series) -> np.ndarray:
+    return s.to_numpy(dtype=float, na_value=np.nan)
+
+
+def _counting_row(
+    g: pd.DataFrame, n_resamples: int, confidence: float, seed: int
+) -> dict[str, Any]:
+    y = _float(g["n_true"])
+    scored = ~np.isnan(y)
+    pred = _float(g["answer"])[scored]
+    sc = counting_scores(y[scored].astype(np.int64), pred)
+    ok = ~np.isnan(pred)
+    abs_err = np.abs(pred - y[scored])
+    # EM and MAE share one set of resampled index sets.
+    num = np.stack([(pred == y[scored]).astype(float), np.where(ok, abs_err, 0.0)])
+    den = np.stack([np.ones(len(pred)), ok.astype(float)])
+    boot = bootstrap_ratios(num, den, n_resamples=n_resamples, seed=seed)
+    em_lo, em_hi = percentile_interval(boot[0], confidence)
+    mae_lo, mae_hi = percentile_interval(boot[1], confidence)
+    return {
+        "n_episodes": len(g),
+        "n_answered": sc.n_answered,
+        "em": sc.exact_match,
+        "em_ci_low": em_lo,
+        "em_ci_high": em_hi,
+        "acc10": sc.acc10,
+        "mae": sc.mae,
+        "mae_ci_low": mae_lo,
+        "mae_ci_high": mae_hi,
+        "rmse": sc.rmse,
+        "mean_signed_error": sc.mean_signed_error,
+        "coverage": sc.coverage,
+    }
+
+
+def _per100(g: pd.DataFrame, column: str, n_objects: float) -> float:
+    return 100.0 * float(_float(g[column]).sum()) / n_objects if n_objects > 0 else float("nan")
+
+
+def _nanmedian(x: np.ndarray) -> float:
+    x = x[~np.isnan(x)]
+    return float(np.median(x)) if len(x) else float("nan")
+
+
+def _nanmean(x: np.ndarray) -> float:
+    x = x[~np.isnan(x)]
+    return float(x.mean()) if len(x) else float("nan")
+
+
+def _audit_row(g: pd.DataFrame, tau_scales: Sequence[float]) -> dict[str, Any]:
+    a = g[g["audited"].to_numpy(dtype=bool)]
+    n_objects = float(_float(a["n_true"]).sum()) if len(a) else 0.0
+    row: dict[str, Any] = {"n_audited": len(a), "n_objects": int(n_objects)}
+    for lab in AUDIT_LABELS:
+        row[f"{lab}_per100"] = _per100(a, lab, n_objects)
+    tagging = g["tag_calls"].to_numpy() >= 1
+    row["cardinality_consistency"] = _nanmean(_float(g["cardinality_consistent"]))
+    row["pointing_error"] = _nanmedian(_float(a["pointing_error"]))
+    row["revision_rate"] = _nanmean(np.where(tagging, g["revised"].to_numpy(dtype=float), np.nan))
+    row["tau_median"] = _nanmedian(_float(a["tau"]))
+    for s in tau_scales:
+        sfx = scale_label(s)
+        for lab in AUDIT_LABELS:
+            col = f"{lab}_{sfx}"
+            row[f"{lab}_per100_{sfx}"] = _per100(a, col, n_objects) if col in a else float("nan")
+    return row
+
+
+def _group_key_dict(keys: list[str], key: Any) -> dict[str, Any]:
+    vals = key if isinstance(key, tuple) else (key,)
+    return dict(zip(keys, vals, strict=True))
+
+
+def summarize(
+    episodes: pd.DataFrame,
+    by: str | Sequence[str] = DEFAULT_BY,
+    *,
+    n_resamples: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    tau_scales: Sequence[float] = TAU_SCALES,
+) -> pd.DataFrame:
+    """One row per group: EM (with CI), Acc@10%, MAE (with CI), RMSE, coverage, audit rates.
+
+    Columns are ``summary_columns(by, tau_scales)``.
+    """
+    _check_episodes(episodes, (*_COUNTING_REQUIRED, *_AUDIT_REQUIRED))
+    keys = _check_by(by, episodes)
+    _check_options(n_resamples, confidence)
+    rows = []
+    for key, g in episodes.groupby(keys, sort=True, dropna=False):
+        rows.append(
+            {
+                **_group_key_dict(keys, key),
+                **_counting_row(g, n_resamples, confidence, seed),
+                **_audit_row(g, tau_scales),
+            }
+        )
+    return pd.DataFrame(rows, columns=summary_columns(keys, tau_scales))
+
+
+def accuracy_by(
+    episodes: pd.DataFrame,
+    key: str = "n_true",
+    *,
+    by: str | Sequence[str] = DEFAULT_BY,
+    n_resamples: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Counting metrics per group and level of ``key`` (accuracy vs n by default)."""
+    _check_episodes(episodes, _COUNTING_REQUIRED)
+    keys = _check_by(by, episodes)
+    if key not in episodes.columns:
+        raise ValueError(f"key names a column not in the episodes table: {key!r}")
+    _check_options(n_resamples, confidence)
+    group_keys = [*(k for k in keys if k != key), key]
+    rows = [
+        {**_group_key_dict(group_keys, k), **_counting_row(g, n_resamples, confidence, seed)}
+        for k, g in episodes.groupby(group_keys, sort=True, dropna=False)
+    ]
+    return pd.DataFrame(rows, columns=[*group_keys, *_COUNTING_COLUMNS])
