@@ -61,5 +61,7 @@ def load_policy(spec: str, **kwargs: Any) -> Any:
     except TypeError as e:
         raise UserError(f"cannot construct agent {spec!r}: {e}") from None
     if not (hasattr(policy, "reset") and hasattr(policy, "act")):
-        raise UserError(f"agent {spec!r} has no reset(first_observation, task) and act(observation)")
+        raise UserError(
+            f"agent {spec!r} has no reset(first_observation, task) and act(observation)"
+        )
     return policy

@@ -1,4 +1,8 @@
-"""Built-in policy names -> classes (scripted policies; model arms are added by ``arms``)."""
+"""Built-in policies by name: scripted policies and the model-backed baseline arms.
+
+``cell_env_options`` gives the environment options of an agent with ablations applied, and
+``policy_factory`` the per-episode policy constructor of a cell (one shared backend per cell).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from countgym.agents.scripted import BlobCounter, NoisyPointer, Oracle
+from countgym.errors import UserError
 
 BUILTIN_POLICIES: dict[str, Callable[..., Any]] = {
     "oracle": Oracle,
@@ -13,3 +18,81 @@ BUILTIN_POLICIES: dict[str, Callable[..., Any]] = {
     "blob-counter": BlobCounter,
 }
 SCRIPTED = frozenset(BUILTIN_POLICIES)
+# Options that change the environment rather than the arm.
+ENV_ONLY = ("reward", "tool_cost")
+
+
+def model_arms() -> dict[str, Any]:
+    """The baseline arms of the image study (they need a model)."""
+    from countgym.agents.arms import ARMS
+
+    return ARMS
+
+
+def is_model_arm(agent: str) -> bool:
+    """True for the built-in arms that call a model (direct, cot, list, tag, ...)."""
+    return agent in model_arms()
+
+
+def cell_env_options(
+    agent: str, *, tools: list[str] | None = None, budget: int | None = None, **ablations: Any
+) -> dict[str, Any]:
+    """Environment options of ``agent`` with ablations (verify, numbered, order, perturb,
+    extra_tools, thinking, reward, tool_cost) and explicit tools/budget applied."""
+    env_only = {k: ablations.pop(k) for k in ENV_ONLY if k in ablations}
+    if is_model_arm(agent):
+        from countgym.agents.arms import arm_env_options
+
+        try:
+            opts = arm_env_options(agent, budget=budget, **ablations)
+        except TypeError as e:
+            raise UserError(f"invalid ablation for arm {agent!r}: {e}") from None
+        opts["tools"] = list(opts["tools"])
+    else:
+        ablations.pop("thinking", None)
+        extra = ablations.pop("extra_tools", ())
+        unknown = set(ablations) - {
+            "verify",
+            "numbered",
+            "order",
+            "perturb",
+            "one_point_per_call",
+            "prompt",
+        }
+        if unknown:
+            raise UserError(f"unknown option(s) {sorted(unknown)} for agent {agent!r}")
+        opts = {"tools": ["tag", *extra], **{k: v for k, v in ablations.items() if v is not None}}
+        if budget is not None:
+            opts["budget"] = budget
+    if tools is not None:
+        opts["tools"] = list(tools)
+    opts.update(env_only)
+    return opts
+
+
+def policy_factory(
+    agent: str, model: str = "", options: dict[str, Any] | None = None
+) -> Callable[[], Any]:
+    """A constructor of fresh per-episode policies for a cell.
+
+    Model arms share one backend (connection pool, loaded weights) across all episodes; their
+    ``options`` are backend options (``api_base``, ``max_tokens``, prices, ``thinking``, ...).
+    """
+    from countgym.agents.base import load_policy
+
+    options = dict(options or {})
+    if is_model_arm(agent):
+        if not model:
+            raise UserError(
+                f"arm {agent!r} calls a model: pass --model (e.g. openai/gpt-4o-mini or hf:/path)"
+            )
+        from countgym.agents.arms import make_arm_policy
+        from countgym.agents.backends import make_backend
+
+        try:
+            backend = make_backend(model, **options)
+        except TypeError as e:
+            raise UserError(f"invalid backend option for {model!r}: {e}") from None
+        return lambda: make_arm_policy(agent, backend)
+    load_policy(agent, **options)  # fail fast on a bad spec or option
+    return lambda: load_policy(agent, **options)

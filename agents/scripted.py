@@ -95,7 +95,12 @@ class NoisyPointer(Oracle):
         seed: int = 0,
     ) -> None:
         super().__init__()
-        for k, v in {"omission": omission, "duplicate": duplicate, "phantom": phantom, "slip": slip}.items():
+        for k, v in {
+            "omission": omission,
+            "duplicate": duplicate,
+            "phantom": phantom,
+            "slip": slip,
+        }.items():
             if not 0.0 <= v <= 1.0:
                 raise ValueError(f"{k} must be in [0, 1], got {v}")
         if sigma < 0:

@@ -72,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--no-verify", action="store_true", help="ablation: no verification prompt")
     r.add_argument("--plain-marks", action="store_true", help="ablation: tags without numbers")
     r.add_argument("--order", choices=["reading", "reverse"], default=None)
+    r.add_argument("--no-thinking", action="store_true", help="control: reasoning off / minimal effort")
     r.add_argument("--perturb", choices=["remove", "add"], default=None)
     r.add_argument("--agent-option", action="append", default=[], metavar="KEY=VALUE",
                    help="policy constructor option (repeatable), e.g. omission=0.2")
@@ -83,6 +84,16 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--max-cost", type=float, default=None, help="stop starting episodes at this spend (USD)")
     r.add_argument("--force", action="store_true", help="discard this cell's log and run again")
     r.add_argument("--no-progress", action="store_true")
+
+    sw = sub.add_parser("sweep", help="run a grid of cells from a TOML/YAML config (resumable)")
+    sw.add_argument("config")
+    sw.add_argument("--executor", choices=["local"], default="local")
+    sw.add_argument("--force", action="store_true", help="discard the logs of the sweep's cells and rerun")
+    sw.add_argument("--dry-run", action="store_true", help="list the cells and exit")
+    sw.add_argument("--no-progress", action="store_true")
+
+    ts = sub.add_parser("testserver", help="a local OpenAI-compatible server that answers like a model",
+                        add_help=False)  # handled in main()
 
     a = sub.add_parser("audit", help="audit episode logs: episodes.csv, summary.csv")
     a.add_argument("runs", nargs="+", help="run folders or log files")
@@ -130,27 +141,32 @@ def cmd_scenes_make(args: argparse.Namespace) -> int:
 
 
 def cell_from_args(args: argparse.Namespace) -> Any:
+    from countgym.agents.registry import cell_env_options, is_model_arm
     from countgym.runner import CellSpec
 
-    env_options: dict[str, Any] = {}
-    if args.tools is not None:
-        env_options["tools"] = list(args.tools)
-    if args.budget is not None:
-        env_options["budget"] = args.budget
+    ablations: dict[str, Any] = {}
     if args.no_verify:
-        env_options["verify"] = False
+        ablations["verify"] = False
     if args.plain_marks:
-        env_options["numbered"] = False
+        ablations["numbered"] = False
     if args.order:
-        env_options["order"] = args.order
+        ablations["order"] = args.order
     if args.perturb:
-        env_options["perturb"] = args.perturb
+        ablations["perturb"] = args.perturb
+    env_options = cell_env_options(args.agent, tools=args.tools, budget=args.budget, **ablations)
+    agent_options = _parse_kv(args.agent_option)
+    if args.no_thinking:
+        if not is_model_arm(args.agent):
+            raise UserError("--no-thinking applies to model arms only")
+        agent_options["thinking"] = False
+    if args.model and not is_model_arm(args.agent) and ":" not in args.agent:
+        raise UserError(f"agent {args.agent!r} is model-free; drop --model")
     return CellSpec(
         dataset=args.data,
         agent=args.agent,
         model=args.model,
         env_options=env_options,
-        agent_options=_parse_kv(args.agent_option),
+        agent_options=agent_options,
         repeats=args.repeats,
         limit=args.limit,
         seed=args.seed,
@@ -211,6 +227,22 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from countgym.sweep import expand, load_config, run_sweep
+
+    cfg = load_config(args.config)
+    if args.dry_run:
+        for cell in expand(cfg):
+            print(f"{cell.log_name()}  {cell.agent} {cell.model} on {cell.dataset} {cell.env_options}")
+        return 0
+    results = run_sweep(cfg, progress=not args.no_progress, force=args.force)
+    ran = sum(r.ran for r in results)
+    errors = sum(r.errors for r in results)
+    cost = sum(r.cost for r in results)
+    print(f"{len(results)} cells, {ran} episodes run, {errors} errors, ${cost:.4f} recorded -> {cfg.out}")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from countgym.demo import run_demo
 
@@ -218,11 +250,23 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"demo": cmd_demo, "run": cmd_run, "audit": cmd_audit, "replay": cmd_replay}
+COMMANDS = {
+    "demo": cmd_demo,
+    "run": cmd_run,
+    "sweep": cmd_sweep,
+    "audit": cmd_audit,
+    "replay": cmd_replay,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``countgym`` command."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["testserver"]:
+        # The test server owns its flags; argparse's REMAINDER would swallow them badly.
+        from countgym.agents.testserver import main as serve
+
+        return serve(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         if args.command == "scenes":

@@ -191,7 +191,7 @@ def run_cell(
     progress: bool = True,
 ) -> CellResult:
     """Run every (stimulus, repeat) of a cell not yet in its log; append each finished episode."""
-    from countgym.agents.base import load_policy
+    from countgym.agents.registry import policy_factory as make_factory
     from countgym.scenes import resolve_dataset
 
     if concurrency < 1:
@@ -199,8 +199,7 @@ def run_cell(
     if spec.repeats < 1:
         raise UserError(f"--repeats must be >= 1, got {spec.repeats}")
     ds = dataset if dataset is not None else resolve_dataset(spec.dataset)
-    factory = policy_factory or (lambda: load_policy(spec.agent, **spec.agent_options))
-    factory()  # fail fast on a bad agent spec, before any episode starts
+    factory = policy_factory or make_factory(spec.agent, spec.model, spec.agent_options)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     log = out / spec.log_name()

@@ -33,3 +33,15 @@ class Crashes:
 
     def act(self, observation: dict[str, Any]) -> str:
         raise ValueError("boom")
+
+
+class Costly:
+    """Answers 2 at a recorded cost of $0.10 per call (for spend-cap tests)."""
+
+    def reset(self, first_observation: dict[str, Any], task: Any) -> None:
+        pass
+
+    def act(self, observation: dict[str, Any]) -> Any:
+        from countgym.envs.actions import Reply
+
+        return Reply(text='{"tool":"answer","count":2}', cost=0.10)

@@ -1,0 +1,22 @@
+"""Model backends behind one interface, ``ChatModel``: litellm (hosted and OpenAI-compatible
+endpoints) and transformers (local checkpoints). Heavy dependencies load lazily."""
+
+from countgym.agents.backends.base import (
+    BaseChatModel,
+    ChatModel,
+    Message,
+    image_part,
+    make_backend,
+    message,
+    text_part,
+)
+
+__all__ = [
+    "BaseChatModel",
+    "ChatModel",
+    "Message",
+    "image_part",
+    "make_backend",
+    "message",
+    "text_part",
+]

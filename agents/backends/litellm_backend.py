@@ -1,0 +1,383 @@
+"""Hosted and OpenAI-compatible models through litellm, with our own retry loop.
+
+litellm is imported lazily on the first call (it takes seconds and, unless told otherwise,
+fetches a cost map over the network at import). Retries are ours (litellm and the OpenAI SDK
+are called with zero retries) so that the policy is explicit, bounded and testable: rate limits
+(honouring ``Retry-After``), 5xx, timeouts, dropped connections, malformed bodies and empty
+choices are retried with exponential backoff and jitter; auth errors, bad requests, context
+overflows and content filters end the call at once with ``Reply.error`` set. API keys are
+scrubbed from every error text this module produces.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import importlib.util
+import os
+import random
+import re
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from countgym.agents.backends.base import BaseChatModel, Message, png_data_url
+from countgym.envs.actions import Reply
+from countgym.errors import MissingExtraError
+from countgym.logs import Usage
+
+_LITELLM: Any = None
+_LITELLM_LOCK = threading.Lock()
+_MAX_ERROR_CHARS = 600
+# Status codes worth another attempt; everything else in 4xx is the request's own fault.
+_RETRY_STATUS = frozenset({408, 409, 425, 429})
+_SECRET_ENV_RE = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
+_SECRET_PATTERNS = (
+    re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}"),
+    re.compile(r"(?i)(bearer\s+)[A-Za-z0-9_\-\.=]{6,}"),
+    re.compile(r"(?i)([?&](?:key|api_key|api-key)=)[^&\s'\"]+"),
+    re.compile(r"\bAIza[0-9A-Za-z_\-]{20,}"),
+)
+
+
+class _RetryableResponse(Exception):
+    """A 200 response that carries no usable answer (empty choices, no message)."""
+
+
+def _litellm() -> Any:
+    """Import litellm once, offline, quietly."""
+    global _LITELLM
+    with _LITELLM_LOCK:
+        if _LITELLM is None:
+            # Without this, importing litellm fetches its model-cost map over the network.
+            os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+            try:
+                import litellm
+            except ImportError:
+                raise MissingExtraError("litellm", "api") from None
+            litellm.suppress_debug_info = True
+            litellm.telemetry = False
+            _LITELLM = litellm
+    return _LITELLM
+
+
+class LiteLLMBackend(BaseChatModel):
+    """A ``ChatModel`` over ``litellm.completion``.
+
+    Args:
+        model: litellm model id (``openai/gpt-4o-mini``, ``gemini/...``, ``openrouter/...``,
+            ``hosted_vllm/...``).
+        api_base: endpoint URL for OpenAI-compatible servers (vLLM, the local test server).
+        api_key: the key; by default litellm reads the provider's variable from the environment.
+        temperature: sampling temperature (0: the paper's setting).
+        max_tokens: completion token cap.
+        reasoning_effort: sent where supported ("low" as in the paper); None omits it.
+        thinking: False sends ``thinking_off_effort`` instead (the thinking-off control).
+        thinking_off_effort: the effort sent when thinking is off ("minimal"; "none" or
+            "disable" on providers that accept those).
+        timeout_s: per-attempt timeout.
+        max_attempts: attempts per call, first one included.
+        max_total_wait_s: bound on the summed backoff sleeps of one call.
+        backoff_base_s / backoff_max_s: exponential backoff base and cap.
+        input_cost_per_token / output_cost_per_token: prices (USD) when litellm does not know
+            the model; when given they take precedence over litellm's cost map.
+        extra_params: passed through to ``litellm.completion`` (e.g. ``{"top_p": 1}``).
+        batch_concurrency: threads ``complete_batch`` uses.
+        seed: seed of the backoff jitter.
+        sleep: the sleeping function (tests record the waits instead of sleeping).
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_base: str | None = None,
+        api_key: str | None = None,
+        temperature: float = 0.0,
+        max_tokens: int | None = 4096,
+        reasoning_effort: str | None = "low",
+        thinking: bool = True,
+        thinking_off_effort: str | None = "minimal",
+        timeout_s: float = 120.0,
+        max_attempts: int = 6,
+        max_total_wait_s: float = 300.0,
+        backoff_base_s: float = 1.0,
+        backoff_max_s: float = 60.0,
+        input_cost_per_token: float | None = None,
+        output_cost_per_token: float | None = None,
+        extra_params: dict[str, Any] | None = None,
+        batch_concurrency: int = 8,
+        seed: int | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if importlib.util.find_spec("litellm") is None:
+            raise MissingExtraError("litellm", "api")
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
+        self.model = model
+        self.api_base = api_base
+        self._api_key = api_key
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.reasoning_effort = reasoning_effort if thinking else thinking_off_effort
+        self.thinking = thinking
+        self.timeout_s = timeout_s
+        self.max_attempts = max_attempts
+        self.max_total_wait_s = max_total_wait_s
+        self.backoff_base_s = backoff_base_s
+        self.backoff_max_s = backoff_max_s
+        self.input_cost_per_token = input_cost_per_token
+        self.output_cost_per_token = output_cost_per_token
+        self.extra_params = dict(extra_params or {})
+        self.batch_concurrency = max(1, batch_concurrency)
+        self._rng = random.Random(seed)
+        self._rng_lock = threading.Lock()
+        self._sleep = sleep
+
+    def __repr__(self) -> str:  # never show the key
+        return f"LiteLLMBackend(model={self.model!r}, api_base={self.api_base!r})"
+
+    def provider_params(self) -> dict[str, Any]:
+        """The provider parameters worth logging (no key)."""
+        return {
+            "model": self.model,
+            "api_base": self.api_base,
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+            "reasoning_effort": self.reasoning_effort,
+        }
+
+    # --- calls ----------------------------------------------------------------------------------
+    def complete(self, messages: list[Message]) -> Reply:
+        """One chat call with retries; never raises on provider faults."""
+        start = time.perf_counter()
+        try:
+            wire = to_openai_messages(messages)
+        except (TypeError, ValueError) as e:
+            return Reply(text="", error=f"cannot encode request: {e}", latency_s=0.0)
+        waited = 0.0
+        last_error = ""
+        for attempt in range(1, self.max_attempts + 1):
+            try:
+                response = self._call(wire)
+                reply = self._to_reply(response)
+            except Exception as e:  # provider faults arrive as many exception types
+                retryable, retry_after = self._classify(e)
+                last_error = self.scrub(f"{type(e).__name__}: {_message_of(e)}")
+                if not retryable:
+                    return Reply(text="", error=last_error, latency_s=time.perf_counter() - start)
+                if attempt == self.max_attempts:
+                    break
+                delay = self._delay(attempt, retry_after)
+                if waited + delay > self.max_total_wait_s:
+                    last_error += f" (next wait {delay:.1f} s would exceed max_total_wait_s)"
+                    break
+                self._sleep(delay)
+                waited += delay
+                continue
+            reply.latency_s = time.perf_counter() - start
+            return reply
+        return Reply(
+            text="",
+            error=f"gave up after {attempt} attempt(s), {waited:.1f} s of backoff: {last_error}"[
+                :_MAX_ERROR_CHARS
+            ],
+            latency_s=time.perf_counter() - start,
+        )
+
+    def complete_batch(self, batch: Sequence[list[Message]]) -> list[Reply]:
+        """Independent requests in parallel threads (the calls are I/O bound)."""
+        if len(batch) <= 1:
+            return [self.complete(m) for m in batch]
+        with ThreadPoolExecutor(max_workers=min(len(batch), self.batch_concurrency)) as pool:
+            return list(pool.map(self.complete, batch))
+
+    def _call(self, wire: list[dict[str, Any]]) -> Any:
+        litellm = _litellm()
+        kwargs: dict[str, Any] = {
+            "model": self.model,
+            "messages": wire,
+            "temperature": self.temperature,
+            "timeout": self.timeout_s,
+            "num_retries": 0,  # our loop retries; the SDK's own retries would hide faults
+            "max_retries": 0,
+            "drop_params": True,  # models without reasoning_effort just ignore it
+        }
+        if self.max_tokens is not None:
+            kwargs["max_tokens"] = self.max_tokens
+        if self.reasoning_effort is not None:
+            kwargs["reasoning_effort"] = self.reasoning_effort
+        if self.api_base is not None:
+            kwargs["api_base"] = self.api_base
+        key = self._api_key
+        if key is None and self.api_base is not None and self.model.startswith("openai/"):
+            # A local OpenAI-compatible server needs no key, but the SDK insists on one.
+            key = os.environ.get("OPENAI_API_KEY") or "no-key"
+        if key is not None:
+            kwargs["api_key"] = key
+        kwargs.update(self.extra_params)
+        return litellm.completion(**kwargs)
+
+    def _to_reply(self, response: Any) -> Reply:
+        choices = getattr(response, "choices", None) or []
+        if not choices:
+            raise _RetryableResponse("response has no choices")
+        choice = choices[0]
+        msg = getattr(choice, "message", None)
+        if msg is None:
+            raise _RetryableResponse("response choice has no message")
+        finish = getattr(choice, "finish_reason", None)
+        text = getattr(msg, "content", None) or ""
+        if finish == "content_filter":
+            raise _ContentFiltered("the provider's content filter stopped the reply")
+        if not text.strip() and finish not in ("length",):
+            # "length" with no text is a model that spent its budget thinking: not a fault to
+            # retry; the env treats the empty reply as invalid and asks again.
+            raise _RetryableResponse(f"empty reply (finish_reason={finish!r})")
+        usage = _usage_of(response)
+        return Reply(text=text, usage=usage, cost=self._cost(response, usage))
+
+    def _cost(self, response: Any, usage: Usage | None) -> float | None:
+        if self.input_cost_per_token is not None or self.output_cost_per_token is not None:
+            if usage is None or usage.prompt_tokens is None or usage.completion_tokens is None:
+                return None
+            return usage.prompt_tokens * (
+                self.input_cost_per_token or 0.0
+            ) + usage.completion_tokens * (self.output_cost_per_token or 0.0)
+        # litellm prices every response it returns; reuse that instead of pricing it twice.
+        hidden = getattr(response, "_hidden_params", None) or {}
+        if "response_cost" in hidden:
+            cost = hidden["response_cost"]
+            return float(cost) if cost is not None else None
+        try:
+            return float(_litellm().completion_cost(completion_response=response))
+        except Exception:  # unknown model (ModelNotMappedError and friends): cost unknown
+            return None
+
+    # --- retry policy ---------------------------------------------------------------------------
+    def _classify(self, e: BaseException) -> tuple[bool, float | None]:
+        """(retryable, Retry-After seconds or None) for an exception raised by a call."""
+        if isinstance(e, _ContentFiltered):
+            return False, None
+        if isinstance(e, _RetryableResponse):
+            return True, None
+        name = type(e).__name__
+        if name in (
+            "ContextWindowExceededError",
+            "ContentPolicyViolationError",
+            "AuthenticationError",
+        ):
+            return False, None
+        status = getattr(e, "status_code", None)
+        if isinstance(status, int):
+            if status in _RETRY_STATUS or status >= 500:
+                return True, _retry_after(e)
+            return False, None
+        # No status: connection drops, timeouts, undecodable bodies. Programming errors on our
+        # side would also land here; they are bounded by max_attempts and reported, not hidden.
+        return True, None
+
+    def _delay(self, attempt: int, retry_after: float | None) -> float:
+        with self._rng_lock:
+            u = self._rng.random()
+        if retry_after is not None:
+            # Honour the server's wait, plus up to 10 % jitter so clients do not return in step.
+            return retry_after * (1.0 + 0.1 * u)
+        cap = min(self.backoff_max_s, self.backoff_base_s * 2 ** (attempt - 1))
+        return cap * (0.5 + 0.5 * u)  # "equal jitter": never below half the exponential step
+
+    # --- secrets --------------------------------------------------------------------------------
+    def scrub(self, text: str) -> str:
+        """Remove the API key (and anything key-like) from a text meant for logs."""
+        secrets = [self._api_key] if self._api_key else []
+        secrets += [v for k, v in os.environ.items() if _SECRET_ENV_RE.search(k) and len(v) >= 8]
+        for s in sorted(set(secrets), key=len, reverse=True):
+            text = text.replace(s, "***")
+        for pat in _SECRET_PATTERNS:
+            text = pat.sub(lambda m: (m.group(1) if m.re.groups else "") + "***", text)
+        return text[:_MAX_ERROR_CHARS]
+
+
+class _ContentFiltered(Exception):
+    """The provider refused to answer (finish_reason content_filter)."""
+
+
+def _message_of(e: BaseException) -> str:
+    msg = getattr(e, "message", None) or str(e) or type(e).__name__
+    return " ".join(str(msg).split())
+
+
+def _retry_after(e: BaseException) -> float | None:
+    """Seconds from a ``retry-after-ms`` or ``Retry-After`` header on the error, if any."""
+    headers: Any = None
+    for attr in ("litellm_response_headers", "headers"):
+        headers = getattr(e, attr, None)
+        if headers:
+            break
+    if not headers:
+        headers = getattr(getattr(e, "response", None), "headers", None)
+    if not headers:
+        return None
+    try:
+        lower = {str(k).lower(): str(v) for k, v in dict(headers).items()}
+    except (TypeError, ValueError):
+        return None
+    if "retry-after-ms" in lower:
+        try:
+            return max(0.0, float(lower["retry-after-ms"]) / 1000.0)
+        except ValueError:
+            pass
+    value = lower.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        parsed = email.utils.parsedate_tz(value)
+        if parsed is None:
+            return None
+        return max(0.0, email.utils.mktime_tz(parsed) - time.time())
+
+
+def _usage_of(response: Any) -> Usage | None:
+    usage = getattr(response, "usage", None)
+    if usage is None:
+        return None
+    details = getattr(usage, "completion_tokens_details", None)
+    reasoning = getattr(details, "reasoning_tokens", None) if details is not None else None
+    return Usage(
+        prompt_tokens=getattr(usage, "prompt_tokens", None),
+        completion_tokens=getattr(usage, "completion_tokens", None),
+        reasoning_tokens=reasoning,
+    )
+
+
+def to_openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """Our messages in OpenAI wire format: images as base64 PNG data URLs.
+
+    System and assistant turns are sent as plain strings (some providers reject part lists
+    there); user turns keep their parts in order.
+    """
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        role = m["role"]
+        content = m.get("content")
+        if isinstance(content, str):
+            out.append({"role": role, "content": content})
+            continue
+        if role in ("system", "assistant"):
+            text = "\n".join(p["text"] for p in content if p.get("type") == "text")
+            out.append({"role": role, "content": text})
+            continue
+        parts: list[dict[str, Any]] = []
+        for p in content:
+            kind = p.get("type")
+            if kind == "text":
+                parts.append({"type": "text", "text": p["text"]})
+            elif kind == "image":
+                parts.append({"type": "image_url", "image_url": {"url": png_data_url(p["image"])}})
+            else:
+                raise ValueError(f"unknown content part type {kind!r}")
+        out.append({"role": role, "content": parts})
+    return out

@@ -1,0 +1,576 @@
+"""A local OpenAI-compatible chat server that answers like a counting model, with fault injection.
+
+It exists so the litellm path (HTTP, retries, usage, cost) is exercised for real in tests, the
+demo and benchmarks without keys or network. The "model" looks at the pixels: it decodes the last
+image of the request, finds dark (or red, or any coloured) blobs with ``detect_blobs`` and replies
+to whichever protocol prompt of ``envs/templates.py`` it recognises:
+
+=======================  =========================================================================
+prompt recognised        reply
+=======================  =========================================================================
+tool-loop system prompt  first turn: a short thought, then ``{"tool":"tag","points":[...]}`` with
+                         every blob centre (tag-1: the first blob only; the full plan is stated in
+                         the thought so later turns can read it back); later turns: the next
+                         planned point (tag-1) or ``{"tool":"answer","count":<tags it placed>}``
+DIRECT                   ``ANSWER: n``
+COT                      a sentence of reasoning, then ``ANSWER: n``
+LIST                     ``{"points": [...]}`` then ``ANSWER: n``
+TILE                     a count sentence, ``{"points": [...]}`` in the crop's frame, ``ANSWER: k``
+anything else            ``ANSWER: n``
+=======================  =========================================================================
+
+Faults (``429`` with ``Retry-After``, ``500``, ``503``, ``timeout``, ``malformed``, ``empty``,
+``drop``, ``401``, ``400``, ``context``, ``filter``) come from an explicit per-request
+``schedule`` and/or per-kind probabilities ``faults`` drawn from an RNG seeded by
+``(seed, request index)``, so a run's fault sequence is reproducible.
+
+Use ``with TestServer(latency_s=0.1) as srv: ... srv.base_url`` or ``countgym testserver``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import io
+import json
+import random
+import re
+import string
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from PIL import Image
+
+from countgym.agents.backends.base import decode_data_url
+from countgym.agents.blobs import detect_blobs
+from countgym.envs import templates as T
+
+FAULT_KINDS: tuple[str, ...] = (
+    "429",
+    "500",
+    "503",
+    "timeout",
+    "malformed",
+    "empty",
+    "drop",
+    "401",
+    "400",
+    "context",
+    "filter",
+)
+
+
+# --- prompt recognition -------------------------------------------------------------------------
+def _template_regex(template: str) -> re.Pattern[str]:
+    """A regex matching a ``str.format`` template, capturing its named fields (first occurrence)."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for literal, field, _, _ in string.Formatter().parse(template):
+        out.append(re.escape(literal))
+        if field is None:
+            continue
+        if field in seen:
+            out.append(f"(?P={field})")
+        else:
+            seen.add(field)
+            out.append(f"(?P<{field}>.+?)")
+    return re.compile("".join(out), re.DOTALL)
+
+
+_SYSTEM_RE = _template_regex(T.SYSTEM)
+_DIRECT_RE = _template_regex(T.DIRECT)
+_COT_RE = _template_regex(T.COT)
+_LIST_RE = _template_regex(T.LIST)
+_TILE_RE = _template_regex(T.TILE)
+_ONE_POINT_MARK = T.ONE_POINT.split("{", 1)[0]  # "Tag exactly ONE "
+_BUDGET_MARK = T.BUDGET_EXHAUSTED.split("{", 1)[0]
+_JSON_LINE_RE = re.compile(r"\{.*\}")
+_PLAN_RE = re.compile(r"PLAN (\[\[.*?\]\]|\[\])")
+
+
+def _target_for(obj: str) -> str:
+    """Which pixels count as objects, from the object name in the prompt."""
+    low = obj.lower()
+    if "red" in low:
+        return "red"
+    if "shape" in low or "object" in low:
+        return "any"
+    return "dark"
+
+
+def _text_of(msg: dict[str, Any]) -> str:
+    content = msg.get("content")
+    if isinstance(content, str):
+        return content
+    return "\n".join(p.get("text", "") for p in content or [] if p.get("type") == "text")
+
+
+def _images_of(msg: dict[str, Any]) -> list[str]:
+    content = msg.get("content")
+    if not isinstance(content, list):
+        return []
+    urls = []
+    for p in content:
+        if p.get("type") == "image_url":
+            iu = p.get("image_url")
+            urls.append(iu.get("url", "") if isinstance(iu, dict) else str(iu))
+    return urls
+
+
+def _normalised_blobs(url: str | None, target: str) -> tuple[list[list[int]], tuple[int, int]]:
+    """Blob centres of an image data URL in the normalised [0,1000] frame, and (w, h)."""
+    if not url:
+        return [], (0, 0)
+    img = decode_data_url(url)
+    h, w = img.shape[:2]
+    pts = detect_blobs(img, target=target)
+    return [[round(x / w * 1000), round(y / h * 1000)] for x, y in pts], (w, h)
+
+
+def _placed_tags(messages: Sequence[dict[str, Any]]) -> int:
+    """Tags this 'model' placed so far, read back from its own assistant turns."""
+    n = 0
+    for m in messages:
+        if m.get("role") != "assistant":
+            continue
+        lines = [ln for ln in _text_of(m).strip().splitlines() if ln.strip()]
+        if not lines:
+            continue
+        try:
+            action = json.loads(lines[-1])
+        except ValueError:
+            continue
+        if isinstance(action, dict) and action.get("tool") == "tag":
+            pts = action.get("points") or []
+            n = len(pts) if action.get("mode") == "replace" else n + len(pts)
+    return n
+
+
+def _plan(messages: Sequence[dict[str, Any]]) -> list[list[int]] | None:
+    """The point plan stated in the first assistant turn (tag-1 mode)."""
+    for m in messages:
+        if m.get("role") == "assistant":
+            hit = _PLAN_RE.search(_text_of(m))
+            return json.loads(hit.group(1)) if hit else None
+    return None
+
+
+def model_reply(messages: Sequence[dict[str, Any]]) -> str:
+    """What the blob-detecting 'model' answers to a chat request (OpenAI wire format)."""
+    system = "\n".join(_text_of(m) for m in messages if m.get("role") == "system")
+    users = [m for m in messages if m.get("role") == "user"]
+    last_user = _text_of(users[-1]) if users else ""
+    all_user = "\n".join(_text_of(m) for m in users)
+    images = [u for m in messages for u in _images_of(m)]
+    last_image = images[-1] if images else None
+
+    if hit := _SYSTEM_RE.search(system):
+        target = _target_for(hit.group("obj"))
+        has_turns = any(m.get("role") == "assistant" for m in messages)
+        placed = _placed_tags(messages)
+        answer = json.dumps({"tool": "answer", "count": placed}, separators=(",", ":"))
+        if not has_turns:
+            pts, _ = _normalised_blobs(last_image, target)
+            if _ONE_POINT_MARK in all_user:
+                if not pts:
+                    return 'I see none.\n{"tool":"answer","count":0}'
+                plan = json.dumps(pts, separators=(",", ":"))
+                tag = json.dumps({"tool": "tag", "points": pts[:1]}, separators=(",", ":"))
+                return f"I see {len(pts)}; I will tag them one by one. PLAN {plan}\n{tag}"
+            if not pts:
+                return 'I see none.\n{"tool":"answer","count":0}'
+            tag = json.dumps({"tool": "tag", "points": pts}, separators=(",", ":"))
+            return f"I can see {len(pts)} of them. Tagging each at its centre.\n{tag}"
+        if _BUDGET_MARK in last_user:
+            return answer
+        plan = _plan(messages) if _ONE_POINT_MARK in all_user else None
+        if plan is not None and placed < len(plan):
+            tag = json.dumps({"tool": "tag", "points": [plan[placed]]}, separators=(",", ":"))
+            return f"Tag {placed} looks right. Next one.\n{tag}"
+        return f"Every object carries exactly one tag.\n{answer}"
+
+    if hit := _TILE_RE.search(last_user):
+        pts, _ = _normalised_blobs(last_image, _target_for(hit.group("obj")))
+        line = json.dumps({"points": pts}, separators=(",", ":"))
+        return f"{len(pts)} have their center inside this crop.\n{line}\nANSWER: {len(pts)}"
+    if hit := _LIST_RE.search(last_user):
+        pts, _ = _normalised_blobs(last_image, _target_for(hit.group("obj")))
+        line = json.dumps({"points": pts}, separators=(",", ":"))
+        return f"{line}\nANSWER: {len(pts)}"
+    if hit := _COT_RE.search(last_user):
+        pts, _ = _normalised_blobs(last_image, _target_for(hit.group("obj")))
+        return f"Counting region by region, I find {len(pts)} in total.\nANSWER: {len(pts)}"
+    hit = _DIRECT_RE.search(last_user)
+    target = _target_for(hit.group("obj")) if hit else "dark"
+    pts, _ = _normalised_blobs(last_image, target)
+    return f"ANSWER: {len(pts)}"
+
+
+def image_size(url: str) -> tuple[int, int]:
+    """(width, height) of an image data URL from its header, without decoding the pixels."""
+    _, _, payload = url.partition(",")
+    with Image.open(io.BytesIO(base64.b64decode(payload))) as im:
+        return im.size
+
+
+def estimate_usage(
+    messages: Sequence[dict[str, Any]], reply: str, reasoning: int
+) -> dict[str, Any]:
+    """Plausible token usage: ~4 characters per text token, OpenAI's tile formula per image."""
+    text_chars = sum(len(_text_of(m)) for m in messages)
+    image_tokens = 0
+    for m in messages:
+        for url in _images_of(m):
+            try:
+                w, h = image_size(url)
+            except Exception:  # an undecodable image still costs the base amount
+                h = w = 512
+            image_tokens += 85 + 170 * (-(-w // 512)) * (-(-h // 512))
+    prompt = text_chars // 4 + image_tokens + 3 * len(messages)
+    completion = len(reply) // 4 + 1 + reasoning
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "completion_tokens_details": {"reasoning_tokens": reasoning},
+    }
+
+
+# --- the HTTP server ----------------------------------------------------------------------------
+class TestServer:
+    """A background-thread OpenAI-compatible server on 127.0.0.1 (context manager).
+
+    Args:
+        port: TCP port; 0 picks a free one (see ``base_url``).
+        latency_s: simulated model latency added to every answered request.
+        faults: per-kind fault probabilities, e.g. ``{"429": 0.1, "500": 0.05}``.
+        schedule: explicit faults for the first requests (``None`` or ``"ok"`` = answer normally);
+            after it ends, ``faults`` applies.
+        seed: seed of the fault RNG (drawn per request index, so order of arrival across threads
+            does not change which request index fails).
+        retry_after: value of the ``Retry-After`` header sent with 429s (seconds).
+        timeout_sleep_s: how long a ``timeout`` fault stalls before answering normally.
+        reasoning_tokens: reasoning tokens reported per reply (included in completion tokens).
+    """
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(
+        self,
+        port: int = 0,
+        *,
+        latency_s: float = 0.0,
+        faults: dict[str, float] | None = None,
+        schedule: Sequence[str | None] | None = None,
+        seed: int = 0,
+        retry_after: float = 1,
+        timeout_sleep_s: float = 3.0,
+        reasoning_tokens: int = 16,
+    ) -> None:
+        bad = [k for k in (faults or {}) if k not in FAULT_KINDS]
+        bad += [k for k in (schedule or []) if k not in (None, "ok", *FAULT_KINDS)]
+        if bad:
+            raise ValueError(f"unknown fault kind(s) {bad}; use {', '.join(FAULT_KINDS)}")
+        self.port = port
+        self.latency_s = latency_s
+        self.faults = dict(faults or {})
+        self.schedule = list(schedule or [])
+        self.seed = seed
+        self.retry_after = retry_after
+        self.timeout_sleep_s = timeout_sleep_s
+        self.reasoning_tokens = reasoning_tokens
+        self.request_count = 0
+        self.fault_counts: Counter[str] = Counter()
+        self.last_request: dict[str, Any] | None = None
+        self.last_headers: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:PORT/v1`` (the ``api_base`` to give litellm)."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> TestServer:
+        """Bind and serve in a daemon thread."""
+        handler = type("Handler", (_Handler,), {"server_state": self})
+        httpd = _Server(("127.0.0.1", self.port), handler)
+        self.port = httpd.server_address[1]
+        self._httpd = httpd
+        # A short poll interval makes stop() return in ~50 ms instead of the default 0.5 s.
+        self._thread = threading.Thread(
+            target=httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="countgym-testserver",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the socket."""
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def __enter__(self) -> TestServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def next_fault(self) -> tuple[int, str | None]:
+        """The index of the arriving request and the fault it gets (deterministic per index)."""
+        with self._lock:
+            i = self.request_count
+            self.request_count += 1
+        if i < len(self.schedule):
+            fault = self.schedule[i]
+            fault = None if fault == "ok" else fault
+        else:
+            rng = random.Random(self.seed * 1_000_003 + i)
+            u = rng.random()
+            fault, acc = None, 0.0
+            for kind, p in self.faults.items():
+                acc += p
+                if u < acc:
+                    fault = kind
+                    break
+        if fault is not None:
+            with self._lock:
+                self.fault_counts[fault] += 1
+        return i, fault
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    # The default backlog of 5 resets connections when 64 clients connect at once.
+    request_queue_size = 256
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # Clients that time out or hang up mid-reply are part of the fault tests, not errors.
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, TimeoutError)):
+            return
+        super().handle_error(request, client_address)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_state: TestServer
+    protocol_version = "HTTP/1.1"  # keep-alive, like a real provider, so clients pool connections
+    # Headers and body go out in two writes; with Nagle on, the client's delayed ACK adds ~40 ms.
+    disable_nagle_algorithm = True
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        pass  # quiet: tests and benchmarks would drown in access lines
+
+    def do_GET(self) -> None:  # noqa: N802 - stdlib name
+        if self.path.rstrip("/").endswith("/models"):
+            self._send_json(200, {"object": "list", "data": [{"id": "blob", "object": "model"}]})
+        else:
+            self._send_json(
+                404, {"error": {"message": "not found", "type": "invalid_request_error"}}
+            )
+
+    def do_POST(self) -> None:  # noqa: N802 - stdlib name
+        state = self.server_state
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
+            self._send_json(
+                404,
+                {"error": {"message": f"no route {self.path}", "type": "invalid_request_error"}},
+            )
+            return
+        try:
+            body = json.loads(raw)
+            messages = body["messages"]
+        except (ValueError, KeyError, TypeError):
+            self._send_json(
+                400, {"error": {"message": "invalid JSON body", "type": "invalid_request_error"}}
+            )
+            return
+        with state._lock:
+            state.last_request = body
+            state.last_headers = {k.lower(): v for k, v in self.headers.items()}
+        index, fault = state.next_fault()
+        if fault == "drop":
+            # Close without a response: the client sees a dropped connection.
+            self.close_connection = True
+            return
+        if fault == "timeout":
+            time.sleep(state.timeout_sleep_s)
+        if state.latency_s > 0:
+            time.sleep(state.latency_s)
+        if fault and self._send_fault(fault):
+            return
+        model = str(body.get("model", "blob"))
+        if fault == "empty":
+            self._send_json(
+                200, _envelope(index, model, None, {"prompt_tokens": 1, "completion_tokens": 0})
+            )
+            return
+        try:
+            text = model_reply(messages)
+        except Exception as e:  # a bad image in the request is the client's fault
+            self._send_json(
+                400,
+                {
+                    "error": {
+                        "message": f"cannot read request: {e}",
+                        "type": "invalid_request_error",
+                    }
+                },
+            )
+            return
+        usage = estimate_usage(messages, text, state.reasoning_tokens)
+        finish = "content_filter" if fault == "filter" else "stop"
+        self._send_json(
+            200, _envelope(index, model, text if fault != "filter" else "", usage, finish)
+        )
+
+    def _send_fault(self, fault: str) -> bool:
+        """Send an error response for ``fault``; False when the fault is not an HTTP error."""
+        errors = {
+            "429": (
+                429,
+                "Rate limit reached for requests",
+                "rate_limit_error",
+                "rate_limit_exceeded",
+            ),
+            "500": (
+                500,
+                "The server had an error while processing your request",
+                "server_error",
+                None,
+            ),
+            "503": (503, "The engine is currently overloaded", "server_error", None),
+            # Real providers echo (part of) the key back; the client must scrub it.
+            "401": (
+                401,
+                f"Incorrect API key provided: {_bearer(self.headers.get('Authorization', ''))}.",
+                "invalid_request_error",
+                "invalid_api_key",
+            ),
+            "400": (400, "Invalid request: bad parameter", "invalid_request_error", None),
+            "context": (
+                400,
+                "This model's maximum context length is 128 tokens. However, your messages resulted in 9999 tokens.",
+                "invalid_request_error",
+                "context_length_exceeded",
+            ),
+        }
+        if fault == "malformed":
+            payload = b'{"id": "chatcmpl-x", "choices": [{"message": {"content": "trunc'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+            return True
+        if fault not in errors:
+            return False
+        status, msg, kind, code = errors[fault]
+        extra = {"Retry-After": f"{self.server_state.retry_after:g}"} if status == 429 else {}
+        self._send_json(
+            status, {"error": {"message": msg, "type": kind, "param": None, "code": code}}, extra
+        )
+        return True
+
+    def _send_json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
+        payload = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(payload)
+
+
+def _bearer(header: str) -> str:
+    return header.split(" ", 1)[1] if " " in header else header
+
+
+def _envelope(
+    index: int, model: str, text: str | None, usage: dict[str, Any], finish: str = "stop"
+) -> dict[str, Any]:
+    choices = (
+        []
+        if text is None
+        else [
+            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
+        ]
+    )
+    return {
+        "id": f"chatcmpl-countgym-{index}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": choices,
+        "usage": usage,
+    }
+
+
+# --- command line -------------------------------------------------------------------------------
+def _parse_faults(spec: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for item in filter(None, (s.strip() for s in spec.split(","))):
+        kind, sep, p = item.partition("=")
+        if not sep:
+            raise argparse.ArgumentTypeError(f"bad fault {item!r}: use KIND=PROB, e.g. 429=0.1")
+        try:
+            out[kind.strip()] = float(p)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"bad probability in {item!r}") from None
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``countgym testserver``: serve until interrupted; prints the base URL first."""
+    ap = argparse.ArgumentParser(prog="countgym testserver", description=__doc__.splitlines()[0])
+    ap.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (0 = any free port)")
+    ap.add_argument("--latency", type=float, default=0.0, help="simulated model latency in seconds")
+    ap.add_argument(
+        "--faults", type=_parse_faults, default={}, help="e.g. 429=0.1,500=0.05,drop=0.02"
+    )
+    ap.add_argument("--seed", type=int, default=0, help="seed of the fault schedule")
+    ap.add_argument(
+        "--retry-after", type=float, default=1, help="Retry-After seconds sent with 429s"
+    )
+    args = ap.parse_args(argv)
+    try:
+        srv = TestServer(
+            args.port,
+            latency_s=args.latency,
+            faults=args.faults,
+            seed=args.seed,
+            retry_after=args.retry_after,
+        )
+        srv.start()
+    except (ValueError, OSError) as e:
+        print(f"countgym testserver: {e}", file=sys.stderr)
+        return 2
+    print(f"countgym test server at {srv.base_url} (model: openai/blob)", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        srv.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""``countgym sweep CONFIG``: a grid of cells from one TOML or YAML file, resumable.
+
+The grid is datasets x arms x models x tool sets x budgets x ablations; every cell is one
+``run_cell`` with its own log, so re-running the sweep resumes every cell. A sweep-wide spend
+cap stops starting episodes once the recorded cost of all cells reaches it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from countgym.errors import UserError
+from countgym.runner import CellResult, CellSpec, done_episodes, run_cell
+
+ABLATION_KEYS = {"verify", "numbered", "order", "perturb", "extra_tools", "thinking", "reward", "tool_cost"}
+
+
+class SweepConfig(BaseModel):
+    """A sweep: the grid and how to run it. Unknown keys are errors (typos must not pass)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    out: str = "runs"
+    """Run folder; each cell writes ``<out>/<cell>.jsonl``."""
+    datasets: list[str] = Field(min_length=1)
+    """Battery names (``dotarrays:common``) or dataset folders."""
+    arms: list[str] = Field(min_length=1)
+    """Built-in arms/policies or ``package.module:ClassName``."""
+    models: list[str] = [""]
+    """Model ids for model-backed arms (ignored by scripted policies)."""
+    tool_sets: list[list[str]] | None = None
+    """Tool sets to sweep (None: each arm's own)."""
+    budgets: list[int] | None = None
+    """Budgets T to sweep (None: each arm's own)."""
+    ablations: list[dict[str, Any]] = [{}]
+    """Environment-option overrides, one cell each: verify, numbered, order, perturb, ..."""
+    repeats: int = Field(1, ge=1)
+    limit: int | None = Field(None, ge=1)
+    seed: int = 0
+    concurrency: int = Field(1, ge=1)
+    max_cost: float | None = Field(None, ge=0)
+    """Sweep-wide spend cap in USD."""
+    agent_options: dict[str, dict[str, Any]] = {}
+    """Per-arm constructor options."""
+    model_options: dict[str, dict[str, Any]] = {}
+    """Per-model backend options (api_base, max_tokens, prices, ...)."""
+
+    @field_validator("ablations")
+    @classmethod
+    def _known_ablations(cls, v: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for a in v:
+            bad = set(a) - ABLATION_KEYS
+            if bad:
+                raise ValueError(f"unknown ablation keys {sorted(bad)}; allowed: {sorted(ABLATION_KEYS)}")
+        return v
+
+    @field_validator("budgets")
+    @classmethod
+    def _budgets(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and any(b < 0 for b in v):
+            raise ValueError("budgets must be >= 0")
+        return v
+
+
+def load_config(path: str | Path) -> SweepConfig:
+    """Read and validate a sweep config; mistakes become one-line ``UserError``s."""
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"no such sweep config: {p}")
+    try:
+        if p.suffix == ".toml":
+            data = tomllib.loads(p.read_text())
+        elif p.suffix in (".yaml", ".yml"):
+            data = yaml.safe_load(p.read_text())
+        else:
+            raise UserError(f"sweep config must be .toml, .yaml or .yml, got {p.name}")
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as e:
+        raise UserError(f"{p}: cannot parse: {str(e).splitlines()[0]}") from None
+    try:
+        return SweepConfig.model_validate(data or {})
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
+        raise UserError(f"{p}: {loc}: {err['msg']}") from None
+
+
+def expand(cfg: SweepConfig) -> list[CellSpec]:
+    """All cells of the grid, in a stable order."""
+    from countgym.agents.registry import cell_env_options, is_model_arm
+
+    cells: list[CellSpec] = []
+    seen: set[str] = set()
+    tool_sets: list[list[str] | None] = list(cfg.tool_sets) if cfg.tool_sets else [None]
+    budgets: list[int | None] = list(cfg.budgets) if cfg.budgets else [None]
+    for ds, arm, model, tools, budget, abl in itertools.product(
+        cfg.datasets, cfg.arms, cfg.models, tool_sets, budgets, cfg.ablations
+    ):
+        needs_model = is_model_arm(arm)
+        model = model if needs_model else ""
+        if needs_model and not model:
+            raise UserError(f"arm {arm!r} needs a model: set 'models' in the sweep config")
+        abl = dict(abl)
+        thinking = abl.get("thinking")
+        env_opts = cell_env_options(arm, tools=tools, budget=budget, **abl)
+        agent_opts = dict(cfg.agent_options.get(arm, {}))
+        if needs_model:
+            agent_opts = {**agent_opts, **cfg.model_options.get(model, {})}
+            if thinking is False:
+                agent_opts["thinking"] = False
+        spec = CellSpec(dataset=ds, agent=arm, model=model, env_options=env_opts, agent_options=agent_opts,
+                        repeats=cfg.repeats, limit=cfg.limit, seed=cfg.seed)
+        if spec.log_name() not in seen:
+            seen.add(spec.log_name())
+            cells.append(spec)
+    return cells
+
+
+def run_sweep(cfg: SweepConfig, *, progress: bool = True, force: bool = False) -> list[CellResult]:
+    """Run every cell (resuming), honouring the sweep-wide spend cap."""
+    out = Path(cfg.out)
+    cells = expand(cfg)
+    spent = {c.log_name(): done_episodes(out / c.log_name())[1] for c in cells}
+    results: list[CellResult] = []
+    for i, cell in enumerate(cells, 1):
+        cap = None
+        if cfg.max_cost is not None:
+            others = sum(v for k, v in spent.items() if k != cell.log_name())
+            cap = cfg.max_cost - others
+            if cap <= 0:
+                print(f"[{i}/{len(cells)}] {cell.log_name()}: skipped, sweep spend cap reached")
+                continue
+        print(f"[{i}/{len(cells)}] {cell.agent} {cell.model} on {cell.dataset} {cell.env_options}")
+        res = run_cell(cell, out, concurrency=cfg.concurrency, max_cost=cap, force=force, progress=progress)
+        spent[cell.log_name()] = res.cost
+        results.append(res)
+    return results

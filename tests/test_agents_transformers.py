@@ -1,0 +1,202 @@
+"""The transformers backend on a tiny randomly initialised Idefics3 (SmolVLM architecture) model
+with a tiny locally trained tokenizer, built and saved by the fixture: fully offline."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("tokenizers")
+
+from countgym.agents.arms import ChatPolicy, act_many  # noqa: E402
+from countgym.agents.backends.base import image_part, make_backend, message, text_part  # noqa: E402
+from countgym.agents.backends.transformers_backend import TransformersBackend  # noqa: E402
+from countgym.agents.base import Task  # noqa: E402
+from countgym.envs import templates as T  # noqa: E402
+
+# SmolVLM's template, trimmed: string or part-list contents, <image> where an image part sits.
+CHAT_TEMPLATE = (
+    "<|im_start|>{% for message in messages %}{{ message['role'] | capitalize }}"
+    "{% if message['content'] is string %}{{ ': ' + message['content'] }}{% else %}"
+    "{% if message['content'][0]['type'] == 'image' %}{{ ':' }}{% else %}{{ ': ' }}{% endif %}"
+    "{% for part in message['content'] %}{% if part['type'] == 'text' %}{{ part['text'] }}"
+    "{% elif part['type'] == 'image' %}{{ '<image>' }}{% endif %}{% endfor %}{% endif %}"
+    "<end_of_utterance>\n{% endfor %}{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}"
+)
+
+
+def build_tiny_smolvlm(out: Path) -> Path:
+    """Save a ~0.4 MB Idefics3 model + processor into ``out`` (no hub access)."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import (
+        Idefics3Config,
+        Idefics3ForConditionalGeneration,
+        Idefics3Processor,
+        PreTrainedTokenizerFast,
+    )
+
+    try:
+        from transformers import Idefics3ImageProcessorPil as ImageProcessor
+    except ImportError:  # transformers without the PIL/torchvision split
+        from transformers import Idefics3ImageProcessor as ImageProcessor
+
+    specials = [
+        "<pad>",
+        "<|im_start|>",
+        "<end_of_utterance>",
+        "<image>",
+        "<fake_token_around_image>",
+        "<global-img>",
+    ]
+    specials += [f"<row_{i}_col_{j}>" for i in range(1, 7) for j in range(1, 7)]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    corpus = [
+        T.DIRECT,
+        T.SYSTEM,
+        T.TILE,
+        T.VERIFY,
+        '{"tool":"tag","points":[[120,340]]} ANSWER: 7',
+    ] * 5
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(corpus, trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="<pad>",
+        eos_token="<end_of_utterance>",
+        bos_token="<|im_start|>",
+    )
+    # 32-px images, 16-px patches, pixel shuffle 2: one <image> token per image keeps prompts short.
+    image_processor = ImageProcessor(
+        size={"longest_edge": 32}, max_image_size={"longest_edge": 32}, do_image_splitting=False
+    )
+    processor = Idefics3Processor(
+        image_processor=image_processor,
+        tokenizer=fast,
+        image_seq_len=1,
+        chat_template=CHAT_TEMPLATE,
+    )
+    cfg = Idefics3Config(
+        text_config={
+            "model_type": "llama",
+            "vocab_size": len(fast),
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 2,
+            "max_position_embeddings": 2048,
+            "pad_token_id": fast.pad_token_id,
+            "bos_token_id": fast.bos_token_id,
+            "eos_token_id": fast.eos_token_id,
+        },
+        vision_config={
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "image_size": 32,
+            "patch_size": 16,
+        },
+        scale_factor=2,
+        image_token_id=fast.convert_tokens_to_ids("<image>"),
+        pad_token_id=fast.pad_token_id,
+    )
+    torch.manual_seed(0)
+    model = Idefics3ForConditionalGeneration(cfg).eval()
+    model.generation_config.pad_token_id = fast.pad_token_id
+    model.generation_config.eos_token_id = fast.eos_token_id
+    model.save_pretrained(out)
+    processor.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> str:
+    old = os.environ.get("HF_HUB_OFFLINE")
+    os.environ["HF_HUB_OFFLINE"] = "1"  # prove nothing reaches for the hub
+    try:
+        yield str(build_tiny_smolvlm(tmp_path_factory.mktemp("tiny-smolvlm")))
+    finally:
+        if old is None:
+            os.environ.pop("HF_HUB_OFFLINE", None)
+        else:
+            os.environ["HF_HUB_OFFLINE"] = old
+
+
+def image(k: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(k)
+    return rng.integers(0, 255, (48, 64, 3), dtype=np.uint8)
+
+
+def conv_short() -> list[dict]:
+    return [message("user", image_part(image(0)), text_part(T.DIRECT.format(obj="dots")))]
+
+
+def conv_long() -> list[dict]:
+    return [
+        message("system", text_part(T.system_prompt("dots", "dot", ("tag",), 6))),
+        message("user", image_part(image(1)), text_part(T.FIRST_USER.format(obj="dots"))),
+        message("assistant", text_part('{"tool":"tag","points":[[1,2]]}')),
+        message("user", text_part(T.OMITTED_IMAGE), image_part(image(2)), text_part("Continue.")),
+    ]
+
+
+def test_complete_returns_text_and_usage(tiny_model: str) -> None:
+    be = TransformersBackend(tiny_model, device="cpu", max_new_tokens=6)
+    r = be.complete(conv_short())
+    assert r.error is None and isinstance(r.text, str)
+    assert r.usage is not None and r.usage.prompt_tokens > 10
+    assert 1 <= r.usage.completion_tokens <= 6
+    assert r.cost is None and r.latency_s is not None and r.latency_s > 0
+    assert be.provider_params()["decoding"] == "greedy"
+
+
+def test_batch_equals_one_by_one_with_left_padding(tiny_model: str) -> None:
+    be = TransformersBackend(tiny_model, device="cpu", max_new_tokens=6, batch_size=2)
+    single = [be.complete(c) for c in (conv_short(), conv_long())]
+    batched = be.complete_batch([conv_short(), conv_long(), conv_short()])
+    assert [r.text for r in batched] == [single[0].text, single[1].text, single[0].text]
+    # Prompt tokens count real tokens, not the padding added to the shorter conversation.
+    assert [r.usage.prompt_tokens for r in batched[:2]] == [r.usage.prompt_tokens for r in single]
+    assert single[1].usage.prompt_tokens > single[0].usage.prompt_tokens
+
+
+def test_weights_load_once_and_factory_routes(tiny_model: str) -> None:
+    a = TransformersBackend(tiny_model, device="cpu")
+    b = make_backend(f"hf:{tiny_model}", device="cpu")
+    assert isinstance(b, TransformersBackend) and b.hf_model is a.hf_model
+    assert make_backend(f"local:{tiny_model}", device="cpu").hf_model is a.hf_model
+
+
+def test_chat_policy_batches_through_act_many(tiny_model: str) -> None:
+    be = TransformersBackend(tiny_model, device="cpu", max_new_tokens=4)
+    task = Task(obj="dots", obj_sing="dot", image_size=(64, 48), tools=("tag",), budget=6)
+    obs = {
+        "image": image(3),
+        "text": T.FIRST_USER.format(obj="dots"),
+        "system": T.system_prompt("dots", "dot", ("tag",), 6),
+    }
+    policies = [ChatPolicy(be), ChatPolicy(be)]
+    for p in policies:
+        p.reset(obs, task)
+    replies = act_many(policies, [obs, obs])
+    assert replies[0].text == replies[1].text and replies[0].usage.completion_tokens >= 1
+
+
+def test_missing_model_folder_is_a_user_error(tmp_path: Path) -> None:
+    from countgym.errors import UserError
+
+    with pytest.raises(UserError, match="cannot load local model"):
+        TransformersBackend(str(tmp_path / "nothing-here"), device="cpu")
