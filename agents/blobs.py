@@ -41,21 +41,27 @@ def detect_blobs(
     labels, n = ndimage.label(mask)
     if n == 0:
         return []
-    idx = np.arange(1, n + 1)
-    areas = ndimage.sum_labels(mask, labels, idx)
-    keep = idx[areas >= min_area]
-    if len(keep) == 0:
+    # Per-blob statistics inside each blob's bounding box: whole-image reductions per label
+    # (sum_labels, center_of_mass) cost ~10x more on large, sparse images.
+    blobs: list[tuple[float, float, int, np.ndarray, np.ndarray]] = []
+    for lab, sl in enumerate(ndimage.find_objects(labels), 1):
+        if sl is None:
+            continue
+        ys, xs = np.nonzero(labels[sl] == lab)
+        if len(xs) < min_area:
+            continue
+        xs = xs + sl[1].start
+        ys = ys + sl[0].start
+        blobs.append((float(xs.mean()), float(ys.mean()), len(xs), xs, ys))
+    if not blobs:
         return []
-    centres = ndimage.center_of_mass(mask, labels, keep)
-    areas = areas[keep - 1]
-    unit = float(np.median(areas))
+    unit = float(np.median([b[2] for b in blobs]))
     out: list[tuple[float, float]] = []
-    for lab, (cy, cx), area in zip(keep, centres, areas, strict=True):
+    for cx, cy, area, xs, ys in blobs:
         k = int(round(area / unit)) if split_touching and unit > 0 else 1
         if k <= 1:
-            out.append((float(cx), float(cy)))
+            out.append((cx, cy))
             continue
-        ys, xs = np.nonzero(labels == lab)
         pts = np.stack([xs, ys], 1).astype(float)
         mean = pts.mean(0)
         _, _, vt = np.linalg.svd(pts - mean, full_matrices=False)

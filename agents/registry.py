@@ -71,12 +71,14 @@ def cell_env_options(
 
 
 def policy_factory(
-    agent: str, model: str = "", options: dict[str, Any] | None = None
+    agent: str, model: str = "", options: dict[str, Any] | None = None, *, concurrency: int = 1
 ) -> Callable[[], Any]:
     """A constructor of fresh per-episode policies for a cell.
 
     Model arms share one backend (connection pool, loaded weights) across all episodes; their
     ``options`` are backend options (``api_base``, ``max_tokens``, prices, ``thinking``, ...).
+    A local model run with ``concurrency > 1`` gets a ``BatchingBackend``, so the concurrent
+    episodes' turns are generated as batches.
     """
     from countgym.agents.base import load_policy
 
@@ -93,6 +95,10 @@ def policy_factory(
             backend = make_backend(model, **options)
         except TypeError as e:
             raise UserError(f"invalid backend option for {model!r}: {e}") from None
+        if concurrency > 1 and model.startswith(("hf:", "local:")):
+            from countgym.agents.backends.batching import BatchingBackend
+
+            backend = BatchingBackend(backend, max_batch=concurrency)
         return lambda: make_arm_policy(agent, backend)
     load_policy(agent, **options)  # fail fast on a bad spec or option
     return lambda: load_policy(agent, **options)

@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--dry-run", action="store_true", help="list the cells and exit")
     sw.add_argument("--no-progress", action="store_true")
 
-    ts = sub.add_parser("testserver", help="a local OpenAI-compatible server that answers like a model",
+    sub.add_parser("testserver", help="a local OpenAI-compatible server that answers like a model",
                         add_help=False)  # handled in main()
 
     a = sub.add_parser("audit", help="audit episode logs: episodes.csv, summary.csv")

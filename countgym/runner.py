@@ -49,6 +49,18 @@ class CellSpec:
     """Run only the first ``limit`` stimuli of the dataset (manifest order)."""
     seed: int = 0
 
+    def resolved_env_options(self) -> dict[str, Any]:
+        """The arm's own environment options overridden by ``env_options``."""
+        from countgym.agents.registry import is_model_arm
+
+        if is_model_arm(self.agent):
+            from countgym.agents.arms import ARMS
+
+            base = ARMS[self.agent].env_options()
+            base["tools"] = list(base["tools"])
+            return {**base, **self.env_options}
+        return dict(self.env_options)
+
     def key(self) -> str:
         """Short hash of the options that distinguish cells with the same names."""
         payload = json.dumps(
@@ -153,8 +165,8 @@ def _error_record(spec: CellSpec, dataset: Dataset, sid: str, repeat: int, seed:
         episode_id=eid,
         stimulus_id=sid,
         dataset=spec.dataset,
-        arm=ArmSpec(name=spec.agent, options={**spec.env_options, **spec.agent_options}),
-        env_options=spec.env_options,
+        arm=ArmSpec(name=spec.agent, options={**spec.resolved_env_options(), **spec.agent_options}),
+        env_options=spec.resolved_env_options(),
         model=spec.model or spec.agent,
         seed=seed,
         repeat=repeat,
@@ -199,7 +211,7 @@ def run_cell(
     if spec.repeats < 1:
         raise UserError(f"--repeats must be >= 1, got {spec.repeats}")
     ds = dataset if dataset is not None else resolve_dataset(spec.dataset)
-    factory = policy_factory or make_factory(spec.agent, spec.model, spec.agent_options)
+    factory = policy_factory or make_factory(spec.agent, spec.model, spec.agent_options, concurrency=concurrency)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     log = out / spec.log_name()
@@ -215,12 +227,13 @@ def run_cell(
     result = CellResult(log=log, skipped=len(ids) * spec.repeats - len(todo), cost=cost)
     lock = threading.Lock()
     model = spec.model or spec.agent
+    env_options = spec.resolved_env_options()
 
     def one(sid: str, r: int) -> EpisodeRecord:
         seed = episode_seed(spec.seed, sid, r)
         eid = f"{log.stem}/{sid}/r{r}"
         try:
-            env = make_env(ds, spec.env_options, arm=spec.agent, model=model)
+            env = make_env(ds, env_options, arm=spec.agent, model=model)
             rec = run_episode(env, factory(), sid, repeat=r, seed=seed, episode_id=eid)
             rec.dataset = spec.dataset
             rec.arm = ArmSpec(name=spec.agent, options={**env.options(), **spec.agent_options})
