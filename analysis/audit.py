@@ -32,6 +32,8 @@ from countgym.logs import EpisodeRecord
 from countgym.matching import match_tags, tau_for
 from countgym.stimulus import Dataset, Stimulus
 
+from .arms import arm_labels
+
 Resolver = Callable[[str], Dataset]
 
 TAU_SCALES: tuple[float, ...] = (0.75, 1.5)
@@ -230,6 +232,7 @@ def audit_episodes(
     resolve: Resolver | None = None,
     tau_scales: Sequence[float] = TAU_SCALES,
     meta_keys: Sequence[str] = META_KEYS,
+    label_arms: bool = True,
 ) -> pd.DataFrame:
     """One row per episode: counting metrics plus the point-level audit.
 
@@ -237,7 +240,9 @@ def audit_episodes(
     n_steps, audited, image_w, image_h``, the tau-sensitivity columns and ``meta_keys``.
     ``resolve`` maps a record's ``dataset`` to a ``Dataset`` (default
     ``countgym.scenes.resolve_dataset``); each dataset is resolved once. Duplicate episode ids
-    are skipped with a warning.
+    are skipped with a warning. With ``label_arms`` (default) the ``arm`` column tells apart
+    variants of one arm name that differ in their options (``tag`` vs ``tag[order=reverse]``,
+    see ``arms.arm_labels``); otherwise it is the bare arm name.
     """
     _check_audit_args(tau_scales, meta_keys)
     lookup = _StimulusLookup(resolve or _default_resolve)
@@ -252,7 +257,9 @@ def audit_episodes(
     gt_cache: dict[tuple[str, str, tuple[int, int] | None], tuple[np.ndarray, float]] = {}
     mismatched = 0
 
-    for rec in _dedupe(records):
+    unique = _dedupe(records)
+    labels = arm_labels(unique) if label_arms else [r.arm.name for r in unique]
+    for rec, arm in zip(unique, labels, strict=True):
         stim = lookup.get(rec.dataset, rec.stimulus_id)
         n_true = rec.truth.n if rec.truth is not None else (stim.n if stim is not None else None)
         if stim is not None and rec.truth is not None and stim.n != rec.truth.n:
@@ -298,7 +305,7 @@ def audit_episodes(
         c["episode_id"].append(rec.episode_id)
         c["stimulus_id"].append(rec.stimulus_id)
         c["dataset"].append(rec.dataset)
-        c["arm"].append(rec.arm.name)
+        c["arm"].append(arm)
         c["model"].append(rec.model)
         c["repeat"].append(rec.repeat)
         c["n_true"].append(n_true)

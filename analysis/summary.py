@@ -10,6 +10,10 @@ one row per group and level of a key (by default the true count n).
   (thousandths of the shorter side); every audited episode is one image trajectory.
 - Revision rate is the share of trajectories with a second tag call among those with at least
   one tag call.
+- R80 (``counting_range``): the counting range with its bootstrap CI (images resampled within
+  each level) and its right-censoring flag; ``n_levels`` is the number of tested counts.
+- Support size and prediction perplexity PP = 2^H (``distribution``), non-answers as one
+  extra category of PP, not counted in the support.
 - EM and MAE come with percentile bootstrap CIs that resample episodes within the group, with a
   fresh ``numpy.random.default_rng(seed)`` per group so a group's interval does not depend on
   which other groups are summarised.
@@ -25,7 +29,9 @@ import pandas as pd
 
 from .audit import AUDIT_LABELS, TAU_SCALES, scale_label
 from .bootstrap import bootstrap_ratios, percentile_interval
+from .distribution import prediction_perplexity, support_size
 from .metrics import counting_scores
+from .r80 import R80_THRESHOLD, range_for_group
 
 DEFAULT_BY: tuple[str, ...] = ("dataset", "arm", "model")
 
@@ -40,6 +46,11 @@ _COUNTING_COLUMNS = (
     "mae_ci_high", "rmse", "mean_signed_error", "coverage",
 )  # fmt: skip
 
+_RANGE_COLUMNS = (
+    "r80", "r80_ci_low", "r80_ci_high", "r80_censored", "n_levels", "support_size",
+    "prediction_perplexity",
+)  # fmt: skip
+
 
 def summary_columns(
     by: Sequence[str] = DEFAULT_BY, tau_scales: Sequence[float] = TAU_SCALES
@@ -47,7 +58,7 @@ def summary_columns(
     """The columns ``summarize`` returns, in order."""
     sens = [f"{lab}_per100_{scale_label(s)}" for s in tau_scales for lab in AUDIT_LABELS]
     return [
-        *by, *_COUNTING_COLUMNS, "n_audited", "n_objects",
+        *by, *_COUNTING_COLUMNS, *_RANGE_COLUMNS, "n_audited", "n_objects",
         *(f"{lab}_per100" for lab in AUDIT_LABELS),
         "cardinality_consistency", "pointing_error", "revision_rate", "tau_median", *sens,
     ]  # fmt: skip
@@ -119,6 +130,23 @@ def _counting_row(
     }
 
 
+def _range_row(
+    g: pd.DataFrame, n_resamples: int, confidence: float, seed: int, threshold: float
+) -> dict[str, Any]:
+    cr = range_for_group(
+        g, threshold=threshold, n_resamples=n_resamples, confidence=confidence, seed=seed
+    )
+    return {
+        "r80": cr.r80,
+        "r80_ci_low": cr.ci_low,
+        "r80_ci_high": cr.ci_high,
+        "r80_censored": cr.censored,
+        "n_levels": len(cr.levels),
+        "support_size": support_size(_float(g["answer"])),
+        "prediction_perplexity": prediction_perplexity(_float(g["answer"])),
+    }
+
+
 def _per100(g: pd.DataFrame, column: str, n_objects: float) -> float:
     return 100.0 * float(_float(g[column]).sum()) / n_objects if n_objects > 0 else float("nan")
 
@@ -165,8 +193,10 @@ def summarize(
     confidence: float = 0.95,
     seed: int = 0,
     tau_scales: Sequence[float] = TAU_SCALES,
+    r80_threshold: float = R80_THRESHOLD,
 ) -> pd.DataFrame:
-    """One row per group: EM (with CI), Acc@10%, MAE (with CI), RMSE, coverage, audit rates.
+    """One row per group: EM (with CI), Acc@10%, MAE (with CI), RMSE, coverage, R80 (with CI
+    and censoring flag), support size, PP, audit rates.
 
     Columns are ``summary_columns(by, tau_scales)``.
     """
@@ -179,6 +209,7 @@ def summarize(
             {
                 **_group_key_dict(keys, key),
                 **_counting_row(g, n_resamples, confidence, seed),
+                **_range_row(g, n_resamples, confidence, seed, r80_threshold),
                 **_audit_row(g, tau_scales),
             }
         )

@@ -1,7 +1,7 @@
-"""Reading episode logs into the episodes table and writing the audit's CSV tables.
+"""Reading episode logs, and the entry points that audit them into tables and files.
 
-This is the I/O layer over ``audit`` and ``summary``: corrupt log lines are reported by
-``countgym.logs.iter_records`` (file and line) and skipped, the rest is audited.
+This is the I/O layer over ``pipeline`` (tables) and ``bundle`` (files): corrupt log lines are
+reported by ``countgym.logs.iter_records`` (file and line) and skipped, the rest is audited.
 """
 
 from __future__ import annotations
@@ -14,8 +14,13 @@ import pandas as pd
 from countgym.errors import UserError
 from countgym.logs import EpisodeRecord, LogLineError, find_logs, iter_records
 
+from . import bundle
 from .audit import TAU_SCALES, Resolver, audit_episodes
-from .summary import DEFAULT_BY, summarize
+from .bundle import AuditFiles
+from .pipeline import compute_tables
+from .principles import PrincipleOptions
+from .summary import DEFAULT_BY
+from .viewer import ViewerOptions
 
 PathLike = str | Path
 Source = PathLike | EpisodeRecord
@@ -73,12 +78,33 @@ def load_episodes(
     )
 
 
-def _write_csv(df: pd.DataFrame, path: Path) -> Path:
-    # Write then rename, so a reader never sees half a table.
-    tmp = path.with_name(path.name + ".tmp")
-    df.to_csv(tmp, index=False)
-    tmp.replace(path)
-    return path
+def report_tables(
+    paths: Source | Iterable[Source],
+    *,
+    resolve: Resolver | None = None,
+    by: str | Sequence[str] = DEFAULT_BY,
+    n_resamples: int = 2000,
+    seed: int = 0,
+    tau_scales: Sequence[float] = TAU_SCALES,
+    principle_options: PrincipleOptions | None = None,
+    errors: list[LogLineError] | None = None,
+) -> dict[str, pd.DataFrame]:
+    """The report's tables as DataFrames: ``episodes``, ``summary``, ``accuracy_by_n``,
+    ``contrasts`` and the principle tables that apply (``traversal``, ``order_effect``,
+    ``transform_consistency``, ``perturbation``, ``tags_vs_direct``, ``departures``,
+    ``lattice``), the same tables ``write_audit`` writes as CSV."""
+    records = read_episode_records(paths, errors=errors)
+    if not records:
+        raise UserError(f"no valid episode records in {paths!r}")
+    return compute_tables(
+        records,
+        resolve=resolve,
+        by=by,
+        n_resamples=n_resamples,
+        seed=seed,
+        tau_scales=tau_scales,
+        principle_options=principle_options,
+    ).as_dict()
 
 
 def write_audit(
@@ -90,26 +116,64 @@ def write_audit(
     n_resamples: int = 2000,
     seed: int = 0,
     tau_scales: Sequence[float] = TAU_SCALES,
+    report: bool = True,
+    viewer: ViewerOptions | None = None,
 ) -> dict[str, Path]:
-    """Audit logs and write ``episodes.csv`` and ``summary.csv`` (plus ``log_errors.csv`` when
-    some log lines were skipped); returns ``{"episodes": path, "summary": path, ...}``.
+    """Audit logs into ``out_dir``: ``episodes.csv``, ``summary.csv``, ``contrasts.csv``,
+    ``accuracy_by_n.csv``, the applicable principle tables, ``figures/*.png`` and
+    ``report.html`` (the last two unless ``report=False``); see ``bundle`` for the layout.
+
+    Returns ``{"episodes": path, "summary": path}`` plus ``"log_errors"`` when some log lines
+    were skipped (the paths of every file: ``write_audit_files``). ``viewer`` caps the
+    trajectory viewer (default ``ViewerOptions()``, or ``COUNTGYM_VIEWER_EPISODES`` episodes).
     """
+    files = write_audit_files(
+        paths_or_records,
+        out_dir,
+        resolve=resolve,
+        by=by,
+        n_resamples=n_resamples,
+        seed=seed,
+        tau_scales=tau_scales,
+        report=report,
+        viewer=viewer,
+    )
+    return {k: files.tables[k] for k in ("episodes", "summary", "log_errors") if k in files.tables}
+
+
+def write_audit_files(
+    paths_or_records: Source | Iterable[Source],
+    out_dir: PathLike,
+    *,
+    resolve: Resolver | None = None,
+    by: str | Sequence[str] = DEFAULT_BY,
+    n_resamples: int = 2000,
+    seed: int = 0,
+    tau_scales: Sequence[float] = TAU_SCALES,
+    report: bool = True,
+    viewer: ViewerOptions | None = None,
+    principle_options: PrincipleOptions | None = None,
+) -> AuditFiles:
+    """Like ``write_audit``, returning every written path (tables, figures, report)."""
     errors: list[LogLineError] = []
+    paths, _ = _split_sources(paths_or_records)
     records = read_episode_records(paths_or_records, errors=errors)
     if not records:
         raise UserError(
             f"no valid episode records in {paths_or_records!r}"
             + (f" ({len(errors)} invalid lines)" if errors else "")
         )
-    episodes = audit_episodes(records, resolve=resolve, tau_scales=tau_scales)
-    summary = summarize(episodes, by, n_resamples=n_resamples, seed=seed, tau_scales=tau_scales)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    written = {
-        "episodes": _write_csv(episodes, out / "episodes.csv"),
-        "summary": _write_csv(summary, out / "summary.csv"),
-    }
-    if errors:
-        table = pd.DataFrame([e.model_dump() for e in errors], columns=["file", "line", "error"])
-        written["log_errors"] = _write_csv(table, out / "log_errors.csv")
-    return written
+    return bundle.write_audit_files(
+        records,
+        out_dir,
+        errors=errors,
+        n_logs=len(_log_files(paths)) if paths else 0,
+        resolve=resolve,
+        by=by,
+        n_resamples=n_resamples,
+        seed=seed,
+        tau_scales=tau_scales,
+        report=report,
+        viewer=viewer or bundle.default_viewer_options(),
+        principle_options=principle_options,
+    )

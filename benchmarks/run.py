@@ -18,6 +18,7 @@ BENCHES: dict[str, tuple[str, str]] = {
     "scenes": ("bench_scenes", "bench_battery_generation"),
     "audit": ("bench_audit", "bench_audit"),
     "bootstrap": ("bench_audit", "bench_bootstrap"),
+    "write_audit": ("bench_audit", "bench_write_audit"),
     "harness": ("bench_harness", "bench_harness"),
     "video": ("bench_video", "bench_video"),
 }

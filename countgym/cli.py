@@ -12,24 +12,23 @@ from typing import Any
 from countgym.errors import UserError
 
 
-def _positive_int(v: str) -> int:
-    try:
-        i = int(v)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v!r}") from None
-    if i < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v!r}")
-    return i
+def _int_at_least(low: int, what: str) -> Any:
+    """An argparse type for integers >= ``low``."""
+
+    def parse(v: str) -> int:
+        try:
+            i = int(v)
+        except ValueError:
+            i = low - 1
+        if i < low:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {v!r}")
+        return i
+
+    return parse
 
 
-def _non_negative_int(v: str) -> int:
-    try:
-        i = int(v)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {v!r}") from None
-    if i < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {v!r}")
-    return i
+_positive_int = _int_at_least(1, "a positive integer")
+_non_negative_int = _int_at_least(0, "an integer >= 0")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -98,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     a = sub.add_parser("audit", help="audit episode logs: episodes.csv, summary.csv")
     a.add_argument("runs", nargs="+", help="run folders or log files")
     a.add_argument("--out", required=True)
+    a.add_argument("--viewer-episodes", type=_non_negative_int, default=40,
+                   help="episodes in the report's trajectory viewer (0: no viewer; default 40)")
+    a.add_argument("--resamples", type=_positive_int, default=2000, help="bootstrap resamples (default 2000)")
 
     rp = sub.add_parser("replay", help="re-render one observation of a logged episode")
     rp.add_argument("runfile")
@@ -195,15 +197,26 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from countgym.analysis import write_audit
+    from countgym.analysis.tables import write_audit_files
+    from countgym.analysis.viewer import ViewerOptions
     from countgym.logs import find_logs
 
     logs = find_logs(args.runs)
     if not logs:
         raise UserError(f"no episode logs (*.jsonl) found in {' '.join(args.runs)}")
-    paths = write_audit(logs, Path(args.out))
-    for name, path in paths.items():
+    files = write_audit_files(
+        logs,
+        Path(args.out),
+        n_resamples=args.resamples,
+        report=True,
+        viewer=ViewerOptions(max_episodes=args.viewer_episodes),
+    )
+    for name, path in files.tables.items():
         print(f"{name}: {path}")
+    print(f"figures: {len(files.figures)} in {Path(args.out) / 'figures'}")
+    if files.report is not None:
+        shown = f" (viewer: {files.viewer_shown} of {files.viewer_total} episodes)" if files.viewer_total else ""
+        print(f"report: {files.report}{shown}")
     return 0
 
 

@@ -26,7 +26,7 @@ SUMMARY_COLUMNS = {
 
 def run_demo(out: Path, *, subset: str = "dotarrays-main:common", progress: bool = True) -> dict[str, Path]:
     """Run the demo into ``out`` and return the paths of the written tables."""
-    from countgym.analysis import write_audit
+    from countgym.analysis.tables import write_audit_files
     from countgym.scenes import make_battery
 
     battery, _, sub = subset.partition(":")
@@ -44,10 +44,12 @@ def run_demo(out: Path, *, subset: str = "dotarrays-main:common", progress: bool
         if res.errors:
             raise UserError(f"{res.errors} demo episodes failed: {res.error_messages[:3]}")
     print(f"[3/3] auditing {runs}")
-    paths = write_audit([runs], out / "audit")
-    _print_summary(paths["summary"])
-    print("\n".join(f"wrote {p}" for p in paths.values()))
-    return paths
+    files = write_audit_files([runs], out / "audit")
+    _print_summary(files.tables["summary"])
+    print("\n".join(f"wrote {p}" for p in files.tables.values()))
+    if files.report is not None:
+        print(f"wrote {files.report}  <- open it in a browser")
+    return files.tables
 
 
 def _print_summary(path: Path) -> None:

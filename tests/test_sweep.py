@@ -92,3 +92,13 @@ max_cost = 0.55
     # from the second costly cell; the free cells still run.
     assert cost == pytest.approx(0.60)
     assert sum(r.stopped_by_cost for r in res) >= 1
+
+
+def test_readme_sweep_example_is_valid(tmp_path: Path) -> None:
+    import re
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    block = re.search(r"```toml\n# sweep.toml\n(.*?)```", readme, re.S).group(1)
+    cfg = load_config(write(tmp_path, "sweep.toml", block))
+    cells = expand(cfg)
+    assert len(cells) == 3 * 2 * 3

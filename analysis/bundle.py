@@ -1,0 +1,178 @@
+"""Writing a whole audit folder: CSV tables, figures and the self-contained HTML report.
+
+Layout of ``OUT`` (``countgym audit RUNS --out OUT``)::
+
+    episodes.csv, summary.csv          always
+    contrasts.csv, accuracy_by_n.csv   always (possibly header-only)
+    log_errors.csv                     when some log lines were skipped
+    traversal.csv, order_effect.csv, transform_consistency.csv, perturbation.csv,
+    tags_vs_direct.csv, departures.csv, lattice.csv      when the logs hold the needed runs
+    figures/*.png                      accuracy_vs_n, arm_comparison, capacity_profile,
+                                       tau_sensitivity (each when there is something to draw)
+    report.html                        one file, opens offline
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pandas as pd
+
+from countgym.errors import UserError
+from countgym.logs import EpisodeRecord, LogLineError
+
+from .audit import TAU_SCALES
+from .pipeline import AuditTables, compute_tables
+from .principles import PrincipleOptions
+from .report import ReportFigure, render_report
+from .stimuli import Resolver, StimulusCache
+from .summary import DEFAULT_BY
+from .viewer import ViewerData, ViewerOptions, build_viewer, check_viewer_options
+
+PathLike = str | Path
+
+
+@dataclass(frozen=True)
+class AuditFiles:
+    """Every file one audit wrote: tables (CSV) by name, figures (PNG) by name, the report."""
+
+    tables: dict[str, Path]
+    figures: dict[str, Path]
+    report: Path | None
+    viewer_shown: int = 0
+    viewer_total: int = 0
+
+
+def write_csv(df: pd.DataFrame, path: Path) -> Path:
+    """Write a table atomically (temp file, then rename), so readers never see half of it."""
+    tmp = path.with_name(path.name + ".tmp")
+    df.to_csv(tmp, index=False)
+    tmp.replace(path)
+    return path
+
+
+def _write_bytes(data: bytes | str, path: Path) -> Path:
+    tmp = path.with_name(path.name + ".tmp")
+    if isinstance(data, str):
+        tmp.write_text(data, encoding="utf-8")
+    else:
+        tmp.write_bytes(data)
+    tmp.replace(path)
+    return path
+
+
+def build_figures(
+    tables: AuditTables, tau_scales: Sequence[float] = TAU_SCALES
+) -> dict[str, list[ReportFigure]]:
+    """The report's figures per section (``range``, ``arms``, ``capacity``), as PNG bytes."""
+    from . import plots
+
+    specs = (
+        ("range", "accuracy_vs_n", plots.accuracy_vs_n(tables.accuracy_by_n, tables.summary),
+         "Exact accuracy vs n per model and arm: dots = observed, steps = isotonic fit, dashed = "
+         "R80, bar at 80 % = its 95 % CI, triangle = right-censored."),
+        ("arms", "arm_comparison", plots.arm_comparison(tables.summary, tables.contrasts),
+         "Exact accuracy per arm (95 % CI) and paired contrasts b − a (filled = CI-solid)."),
+        ("capacity", "capacity_profile", plots.capacity_profile(tables.summary, tables.contrasts),
+         "Capacity profile: pointing error vs tag gain over the direct arm, and the error mix "
+         "per 100 objects."),
+        ("capacity", "tau_sensitivity", plots.tau_sensitivity(tables.summary, tau_scales),
+         "Tau sensitivity: audit rates per 100 objects with tau scaled by 0.75, 1 and 1.5."),
+    )  # fmt: skip
+    out: dict[str, list[ReportFigure]] = {}
+    for section, name, fig, caption in specs:
+        if fig is not None:
+            out.setdefault(section, []).append(ReportFigure(name, caption, plots.figure_png(fig)))
+    return out
+
+
+def _provenance(
+    records: Sequence[EpisodeRecord], tables: AuditTables, n_logs: int, n_resamples: int, seed: int
+) -> dict[str, object]:
+    versions = sorted({r.countgym_version for r in records})
+    ep = tables.episodes
+    return {
+        "generated": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "countgym": ", ".join(versions),
+        "episodes": len(ep),
+        "log files": n_logs,
+        "datasets": ep["dataset"].nunique(),
+        "models": ep["model"].nunique(),
+        "arms": ep["arm"].nunique(),
+        "bootstrap": f"{n_resamples} resamples, seed {seed}",
+    }
+
+
+def write_audit_files(
+    records: Sequence[EpisodeRecord],
+    out_dir: PathLike,
+    *,
+    errors: Iterable[LogLineError] = (),
+    n_logs: int = 0,
+    resolve: Resolver | None = None,
+    by: str | Sequence[str] = DEFAULT_BY,
+    n_resamples: int = 2000,
+    seed: int = 0,
+    tau_scales: Sequence[float] = TAU_SCALES,
+    report: bool = True,
+    viewer: ViewerOptions | None = None,
+    principle_options: PrincipleOptions | None = None,
+) -> AuditFiles:
+    """Audit ``records`` and write every table, figure and the HTML report into ``out_dir``."""
+    if not records:
+        raise UserError("no episode records to audit")
+    vopts = viewer or ViewerOptions()
+    check_viewer_options(vopts)
+    stimuli = StimulusCache(resolve)
+    tables = compute_tables(
+        records,
+        stimuli=stimuli,
+        by=by,
+        n_resamples=n_resamples,
+        seed=seed,
+        tau_scales=tau_scales,
+        principle_options=principle_options,
+    )
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = {name: write_csv(df, out / f"{name}.csv") for name, df in tables.as_dict().items()}
+    errs = list(errors)
+    if errs:
+        table = pd.DataFrame([e.model_dump() for e in errs], columns=["file", "line", "error"])
+        written["log_errors"] = write_csv(table, out / "log_errors.csv")
+    if not report:
+        return AuditFiles(written, {}, None)
+
+    figures = build_figures(tables, tau_scales)
+    fig_dir = out / "figures"
+    fig_dir.mkdir(exist_ok=True)
+    fig_paths = {
+        f.name: _write_bytes(f.png, fig_dir / f"{f.name}.png") for fs in figures.values() for f in fs
+    }
+    view: ViewerData = build_viewer(records, tables.episodes, stimuli, vopts)
+    page = render_report(
+        tables,
+        figures=figures,
+        viewer=view,
+        provenance=_provenance(records, tables, n_logs, n_resamples, seed),
+    )
+    report_path = _write_bytes(page, out / "report.html")
+    return AuditFiles(written, fig_paths, report_path, view.shown, view.total)
+
+
+def default_viewer_options() -> ViewerOptions:
+    """Viewer options, with ``COUNTGYM_VIEWER_EPISODES`` overriding the episode cap."""
+    raw = os.environ.get("COUNTGYM_VIEWER_EPISODES")
+    if raw is None:
+        return ViewerOptions()
+    try:
+        n = int(raw)
+    except ValueError:
+        raise UserError(f"COUNTGYM_VIEWER_EPISODES must be an integer >= 0, got {raw!r}") from None
+    if n < 0:
+        raise UserError(f"COUNTGYM_VIEWER_EPISODES must be an integer >= 0, got {raw!r}")
+    return ViewerOptions(max_episodes=n)

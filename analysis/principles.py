@@ -1,0 +1,99 @@
+"""Principle tests and controls (analysis spec section 4): which apply, computed together.
+
+Each test lives in its own module (``order``, ``perturbation``, ``direct``, ``lattice``) and
+returns a DataFrame; ``principle_tables`` runs them all on one set of logs and keeps the
+non-empty ones, so a test whose runs are absent (no reverse-order arm, no direct arm, no
+perturbed run, no lattice stimulus) is skipped silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+
+from countgym.logs import EpisodeRecord
+
+from .direct import DIRECT_ARMS, departures_table, tags_vs_direct_table
+from .lattice import lattice_table
+from .order import (
+    MIN_TRAVERSAL_TAGS,
+    ORDERS,
+    order_effect_table,
+    transform_table,
+    traversal_table,
+    traversal_tau,
+)
+from .perturbation import perturbation_table
+from .stimuli import Resolver, StimulusCache
+from .traces import TRANSFORM_KEY, TRANSFORM_SUFFIXES, conditions_table
+
+PRINCIPLE_TABLES: tuple[str, ...] = (
+    "traversal", "order_effect", "transform_consistency", "perturbation", "tags_vs_direct",
+    "departures", "lattice",
+)  # fmt: skip
+"""Names of the principle tables, in report order (each is written as ``NAME.csv``)."""
+
+
+@dataclass(frozen=True)
+class PrincipleOptions:
+    """Options of the principle tests."""
+
+    min_traversal_tags: int = MIN_TRAVERSAL_TAGS
+    """Trajectories with fewer final tags get no realised traversal."""
+    orders: tuple[str, str] = ORDERS
+    """The two order instructions compared by the order test."""
+    transform_key: str = TRANSFORM_KEY
+    """Stimulus meta key naming the original of a transformed stimulus."""
+    transform_suffixes: Mapping[str, str] | None = None
+    """Stimulus-id suffix -> transform kind (default ``traces.TRANSFORM_SUFFIXES``)."""
+    direct_arms: Sequence[str] = DIRECT_ARMS
+    """Arm names whose answers are the model's direct answers."""
+    n_resamples: int = 2000
+    confidence: float = 0.95
+    seed: int = 0
+
+
+def _check_options(options: PrincipleOptions) -> None:
+    if options.min_traversal_tags < 2:
+        raise ValueError(f"min_traversal_tags must be >= 2, got {options.min_traversal_tags!r}")
+    if len(options.orders) != 2 or options.orders[0] == options.orders[1]:
+        raise ValueError(f"orders must be two different orders, got {options.orders!r}")
+    if not options.transform_key:
+        raise ValueError("transform_key must be a non-empty meta key")
+
+
+def principle_tables(
+    records: Sequence[EpisodeRecord],
+    episodes: pd.DataFrame,
+    *,
+    resolve: Resolver | None = None,
+    stimuli: StimulusCache | None = None,
+    options: PrincipleOptions | None = None,
+) -> dict[str, pd.DataFrame]:
+    """The applicable principle tables of these episodes, keyed by ``PRINCIPLE_TABLES`` names.
+
+    ``episodes`` is ``audit_episodes(records)``; its ``arm`` labels name the arms.
+    """
+    opts = options or PrincipleOptions()
+    _check_options(opts)
+    cache = stimuli or StimulusCache(resolve)
+    suffixes = TRANSFORM_SUFFIXES if opts.transform_suffixes is None else opts.transform_suffixes
+    cond = conditions_table(records, cache, transform_key=opts.transform_key, suffixes=suffixes)
+    boot = {"n_resamples": opts.n_resamples, "confidence": opts.confidence, "seed": opts.seed}
+    taus = {r.episode_id: traversal_tau(r.tags, min_tags=opts.min_traversal_tags) for r in records}
+    tables = {
+        "traversal": traversal_table(
+            records, episodes, min_tags=opts.min_traversal_tags, taus=taus
+        ),
+        "order_effect": order_effect_table(
+            episodes, cond, orders=opts.orders, traversal=taus, **boot
+        ),
+        "transform_consistency": transform_table(episodes, cond, **boot),
+        "perturbation": perturbation_table(records, episodes, cond, cache),
+        "tags_vs_direct": tags_vs_direct_table(episodes, direct_arms=opts.direct_arms),
+        "departures": departures_table(episodes),
+        "lattice": lattice_table(records, episodes, cache),
+    }
+    return {k: v for k, v in tables.items() if not v.empty}

@@ -1,0 +1,542 @@
+"""The self-contained HTML report: tables, figures and the trajectory viewer in one file.
+
+Everything is inline (CSS, JavaScript, figures and viewer images as ``data:`` URIs), so the
+file opens offline and can be mailed around. Safety: every string that comes from the logs
+(replies, ids, model and arm names, dataset paths) is HTML-escaped with ``html.escape`` when
+written as markup; the viewer's data travels as JSON inside a ``<script
+type="application/json">`` block with ``<``, ``>`` and ``&`` written as ``\\u003c`` etc., so no
+reply can close the script element, and the viewer's JavaScript inserts text only through
+``textContent``.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .naming import short_dataset
+from .pipeline import AuditTables
+from .viewer import ViewerData
+
+Cell = Callable[[Mapping[str, Any]], str]
+
+
+@dataclass(frozen=True)
+class ReportFigure:
+    """One embedded figure: file stem, caption and PNG bytes."""
+
+    name: str
+    caption: str
+    png: bytes
+
+
+# --- safe embedding -----------------------------------------------------------------------------
+
+
+def esc(value: object) -> str:
+    """HTML-escaped text of any value (quotes included)."""
+    return html.escape(str(value), quote=True)
+
+
+def _jsonable(obj: object) -> object:
+    """NaN and infinities become null (JSON has no NaN); containers are walked."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_jsonable(v) for v in obj]
+    return obj
+
+
+def json_for_script(obj: object) -> str:
+    """JSON safe to place inside a ``<script>`` element: ``<``, ``>``, ``&`` (and every
+    non-ASCII character) are ``\\uXXXX`` escapes, so the text cannot contain ``</script>``.
+    NaN becomes null."""
+    text = json.dumps(_jsonable(obj), ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def png_uri(png: bytes) -> str:
+    import base64
+
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
+# --- cell formatting ----------------------------------------------------------------------------
+
+
+def _missing(v: object) -> bool:
+    if v is None or v is pd.NA:
+        return True
+    try:
+        return bool(isinstance(v, float | np.floating) and math.isnan(v))
+    except TypeError:
+        return False
+
+
+def fmt_num(v: object, digits: int = 2) -> str:
+    """Numbers for humans: ints as ints, floats with ``digits`` decimals, missing as a dash."""
+    if _missing(v):
+        return "–"
+    if isinstance(v, bool | np.bool_):
+        return "yes" if v else "no"
+    if isinstance(v, int | np.integer):
+        return str(int(v))
+    if isinstance(v, float | np.floating):
+        f = float(v)
+        return str(int(f)) if f.is_integer() and abs(f) < 1e15 and digits == 0 else f"{f:.{digits}f}"
+    return str(v)
+
+
+def fmt_ci(est: object, lo: object, hi: object, digits: int = 2) -> str:
+    """``est [lo, hi]`` (the interval left out when missing)."""
+    s = fmt_num(est, digits)
+    if _missing(lo) or _missing(hi):
+        return s
+    return f"{s} [{fmt_num(lo, digits)}, {fmt_num(hi, digits)}]"
+
+
+def fmt_r80(row: Mapping[str, Any]) -> str:
+    """R80 with its CI; ``≥`` marks a right-censored range."""
+    r = row.get("r80")
+    if _missing(r):
+        return "–"
+    prefix = "≥ " if row.get("r80_censored") is True or row.get("r80_censored") == 1 else ""
+    return prefix + fmt_ci(r, row.get("r80_ci_low"), row.get("r80_ci_high"), 0)
+
+
+def html_table(
+    df: pd.DataFrame,
+    columns: Sequence[tuple[str, Cell | str]],
+    *,
+    table_id: str | None = None,
+    numeric: Sequence[str] = (),
+) -> str:
+    """A table whose every cell is escaped; ``columns`` = (header, column name or cell function)."""
+    head = "".join(f"<th>{esc(h)}</th>" for h, _ in columns)
+    body = []
+    for row in df.to_dict("records"):
+        cells = []
+        for h, c in columns:
+            text = c(row) if callable(c) else fmt_num(row.get(c), _digits(c))
+            cls = ' class="num"' if h in numeric or not callable(c) and _is_num(row.get(c)) else ""
+            cells.append(f"<td{cls}>{esc(text)}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    tid = f' id="{esc(table_id)}"' if table_id else ""
+    return (
+        f'<div class="table-wrap"><table{tid}><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table></div>"
+    )
+
+
+def _is_num(v: object) -> bool:
+    return isinstance(v, int | float | np.integer | np.floating) and not isinstance(v, bool)
+
+
+def _digits(column: str) -> int:
+    if column.startswith("n_") or column in ("repeat", "support_size"):
+        return 0
+    return 3 if any(k in column for k in ("tau", "rho", "slope", "_r", "share", "rate")) else 2
+
+
+def generic_table(df: pd.DataFrame, *, short: Sequence[str] = ("dataset", "dataset_transformed"),
+                  table_id: str | None = None) -> str:  # fmt: skip
+    """Every column of ``df``, dataset paths shortened."""
+    cols: list[tuple[str, Cell | str]] = []
+    for c in df.columns:
+        if c in short:
+            cols.append((c, lambda r, c=c: short_dataset(r.get(c))))
+        else:
+            cols.append((c, c))
+    return html_table(df, cols, table_id=table_id)
+
+
+# --- sections -----------------------------------------------------------------------------------
+
+
+def summary_section(summary: pd.DataFrame) -> str:
+    cols: list[tuple[str, Cell | str]] = [
+        ("dataset", lambda r: short_dataset(r["dataset"]) if "dataset" in r else ""),
+        ("model", "model"),
+        ("arm", "arm"),
+        ("episodes", "n_episodes"),
+        ("EM [95% CI]", lambda r: fmt_ci(r["em"], r["em_ci_low"], r["em_ci_high"])),
+        ("Acc@10%", "acc10"),
+        ("MAE [95% CI]", lambda r: fmt_ci(r["mae"], r["mae_ci_low"], r["mae_ci_high"])),
+        ("coverage", "coverage"),
+        ("R80 [95% CI]", fmt_r80),
+        ("|S|", "support_size"),
+        ("PP", "prediction_perplexity"),
+        ("on-target", "on_target_per100"),
+        ("duplicate", "duplicate_per100"),
+        ("phantom", "phantom_per100"),
+        ("omission", "omission_per100"),
+        ("card. cons.", "cardinality_consistency"),
+        ("pointing err.", "pointing_error"),
+        ("revision", "revision_rate"),
+    ]
+    cols = [c for c in cols if callable(c[1]) or c[1] in summary.columns]
+    return (
+        '<section id="summary"><h2>Summary</h2>'
+        "<p class=\"note\">One row per dataset, arm and model. EM = exact match (unanswered = "
+        "wrong); MAE over answered items; R80 = counting range (≥: right-censored, still at or "
+        "above 80 % at the largest n); |S| = support size, PP = prediction perplexity 2^H. "
+        "Audit rates per 100 ground-truth objects; pointing error in thousandths of the "
+        "shorter image side; card. cons. = announced count equals the number of tags; revision "
+        "= share of tagging trajectories with a second tag call.</p>"
+        + html_table(summary, cols, table_id="summary-table")
+        + "</section>"
+    )
+
+
+def contrasts_section(contrasts: pd.DataFrame) -> str:
+    if contrasts.empty:
+        return (
+            '<section id="contrasts"><h2>Arm contrasts</h2><p class="note">No paired contrasts: '
+            "they need two arms of one model on the same stimuli and repeats.</p></section>"
+        )
+    cols: list[tuple[str, Cell | str]] = [
+        ("dataset", lambda r: short_dataset(r["dataset"])),
+        ("model", "model"),
+        ("arm a (baseline)", "arm_a"),
+        ("arm b", "arm_b"),
+        ("metric", "metric"),
+        ("pairs", "n_pairs"),
+        ("images", "n_images"),
+        ("a", lambda r: fmt_num(r["value_a"], 3)),
+        ("b", lambda r: fmt_num(r["value_b"], 3)),
+        ("b − a [95% CI]", lambda r: fmt_ci(r["difference"], r["ci_low"], r["ci_high"], 3)),
+        ("CI-solid", lambda r: "yes" if r["ci_solid"] else "no"),
+    ]
+    return (
+        '<section id="contrasts"><h2>Arm contrasts</h2><p class="note">Paired over the same '
+        "stimulus and repeat; 95 % percentile bootstrap over images. CI-solid: the interval "
+        "excludes zero. MAE differences use the pairs where both arms answered.</p>"
+        + html_table(contrasts, cols, table_id="contrasts-table")
+        + "</section>"
+    )
+
+
+PRINCIPLE_TEXT: dict[str, tuple[str, str]] = {
+    "traversal": (
+        "Realised traversal",
+        "Kendall tau-b between tag index and vertical position, trajectories with at least "
+        "five tags (reading order > 0, reverse order < 0).",
+    ),
+    "order_effect": (
+        "Order irrelevance",
+        "repeat = share of same-order repeat pairs with different answers (mean of both "
+        "orders); cross = share of opposite-order pairs with different answers; order effect = "
+        "cross − repeat (95 % bootstrap CI over stimuli).",
+    ),
+    "transform_consistency": (
+        "Rotation and mirror consistency",
+        "The same arm on a stimulus and on its transformed copy (meta transform_of or id "
+        "suffix): agreement, repeat control and effect = disagreement − repeat disagreement.",
+    ),
+    "perturbation": (
+        "Tag-perturbation probe",
+        "remove: repaired = the removed object is tagged again after the probe; add: repaired = "
+        "the model starts over (mode: replace). visible / emitted share = answers equal to the "
+        "tags on the image / the tags the model drew, among trajectories where these differ. "
+        "Answer shift = perturbed − unperturbed answer on the same stimulus.",
+    ),
+    "tags_vs_direct": (
+        "Tags vs direct answers",
+        "Share of images whose tag count equals the model's own direct answer, and Spearman "
+        "rho of the per-image errors (tag count − n vs direct answer − n).",
+    ),
+    "departures": (
+        "Departures of the announced count from the tag count",
+        "departure rate = share announcing a count different from their tags; closer / "
+        "farther = share of departures whose answer is closer to / farther from the truth "
+        "than the tag count.",
+    ),
+    "lattice": (
+        "Lattice control",
+        "On-target tags on regular/lattice arrays: slope of tag offset on dot offset from the "
+        "ideal cell centre (≈1: tags on dots, ≈0: tags on the grid), and how many times "
+        "closer tags lie to the dot than to the cell centre.",
+    ),
+}
+
+
+def principles_section(principles: Mapping[str, pd.DataFrame]) -> str:
+    if not principles:
+        return (
+            '<section id="principles"><h2>Principle tests</h2><p class="note">None applies to '
+            "these logs (they need tagging trajectories, order or perturbation arms, a direct "
+            "arm, transformed stimuli or lattice stimuli).</p></section>"
+        )
+    parts = ['<section id="principles"><h2>Principle tests and controls</h2>']
+    for name, df in principles.items():
+        title, text = PRINCIPLE_TEXT.get(name, (name, ""))
+        parts.append(
+            f'<h3 id="p-{esc(name)}">{esc(title)} <span class="file">{esc(name)}.csv</span></h3>'
+            f'<p class="note">{esc(text)}</p>' + generic_table(df, table_id=f"table-{name}")
+        )
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def figures_section(figures: Sequence[ReportFigure], anchor: str, title: str) -> str:
+    if not figures:
+        return ""
+    body = "".join(
+        f'<figure class="plot"><img src="{png_uri(f.png)}" alt="{esc(f.caption)}">'
+        f"<figcaption>{esc(f.caption)} <span class=\"file\">figures/{esc(f.name)}.png</span>"
+        "</figcaption></figure>"
+        for f in figures
+    )
+    return f'<section id="{esc(anchor)}"><h2>{esc(title)}</h2>{body}</section>'
+
+
+def viewer_section(viewer: ViewerData | None) -> str:
+    if viewer is None or viewer.shown == 0:
+        return (
+            '<section id="viewer"><h2>Trajectory viewer</h2><p class="note">Disabled or no '
+            "episodes; use <code>countgym replay</code> to render any observation.</p></section>"
+        )
+    if viewer.capped_by == "count":
+        cap = (
+            f"Showing {viewer.shown} of {viewer.total} episodes (viewer cap: "
+            f"{viewer.options.max_episodes} episodes, whole stimuli spread over n)."
+        )
+    elif viewer.capped_by == "bytes":
+        cap = (
+            f"Showing {viewer.shown} of {viewer.total} episodes (image budget of "
+            f"{viewer.options.max_bytes / 1e6:.1f} MB reached)."
+        )
+    else:
+        cap = f"Showing all {viewer.total} episodes."
+    data = {"episodes": list(viewer.episodes)}
+    return (
+        '<section id="viewer"><h2>Trajectory viewer</h2>'
+        f'<p class="note" id="cg-cap">{esc(cap)} Other episodes: <code>countgym replay RUNFILE '
+        "--episode ID --step K --out IMAGE.png</code>. Images are down-scaled JPEG re-renders "
+        "of what the policy saw.</p>"
+        '<div class="viewer"><div class="viewer-list">'
+        '<input id="cg-search" type="search" placeholder="Filter: id, model, arm, stimulus…" '
+        'aria-label="filter episodes">'
+        '<select id="cg-select" size="14" aria-label="episodes"></select>'
+        '<div class="viewer-nav"><button id="cg-prev" type="button">◀ previous</button>'
+        '<button id="cg-next" type="button">next ▶</button></div></div>'
+        '<div id="cg-episode" class="viewer-episode"></div></div>'
+        f'<script type="application/json" id="cg-viewer-data">{json_for_script(data)}</script>'
+        f"<script>{VIEWER_JS}</script></section>"
+    )
+
+
+VIEWER_JS = r"""
+(function () {
+  "use strict";
+  var data = JSON.parse(document.getElementById("cg-viewer-data").textContent);
+  var eps = data.episodes;
+  var sel = document.getElementById("cg-select");
+  var search = document.getElementById("cg-search");
+  var box = document.getElementById("cg-episode");
+  function el(tag, cls, text) {
+    var e = document.createElement(tag);
+    if (cls) { e.className = cls; }
+    if (text !== undefined && text !== null) { e.textContent = String(text); }
+    return e;
+  }
+  function val(v) { return v === null || v === undefined ? "none" : String(v); }
+  function label(e, i) {
+    return (i + 1) + ". " + e.model + " · " + e.arm + " · " + e.stimulus + " r" + e.repeat +
+      " — n=" + val(e.n_true) + ", answer=" + val(e.answer);
+  }
+  function fill() {
+    var q = search.value.toLowerCase();
+    var cur = sel.value;
+    sel.textContent = "";
+    eps.forEach(function (e, i) {
+      var t = label(e, i);
+      var hay = (t + " " + e.id + " " + e.dataset).toLowerCase();
+      if (q && hay.indexOf(q) < 0) { return; }
+      var o = el("option", null, t);
+      o.value = String(i);
+      sel.appendChild(o);
+    });
+    var keep = false;
+    for (var k = 0; k < sel.options.length; k++) {
+      if (sel.options[k].value === cur) { sel.selectedIndex = k; keep = true; }
+    }
+    if (!keep && sel.options.length) { sel.selectedIndex = 0; }
+  }
+  function picture(src, caption) {
+    var f = el("figure", "frame");
+    if (src) {
+      var img = el("img");
+      img.src = src;
+      img.alt = caption;
+      f.appendChild(img);
+    }
+    f.appendChild(el("figcaption", null, caption));
+    return f;
+  }
+  function fact(dl, k, v) { dl.appendChild(el("dt", null, k)); dl.appendChild(el("dd", null, val(v))); }
+  function textBlock(parent, title, text, cls) {
+    if (text === null || text === undefined || text === "") { return; }
+    parent.appendChild(el("div", "label", title));
+    parent.appendChild(el("pre", cls || null, text));
+  }
+  function show(i) {
+    var e = eps[i];
+    if (!e) { return; }
+    box.textContent = "";
+    box.setAttribute("data-episode", e.id);
+    box.appendChild(el("h3", "episode-title", e.id));
+    var dl = el("dl", "facts");
+    fact(dl, "dataset", e.dataset); fact(dl, "model", e.model); fact(dl, "arm", e.arm);
+    fact(dl, "stimulus", e.stimulus); fact(dl, "repeat", e.repeat); fact(dl, "true n", e.n_true);
+    fact(dl, "answer", e.answer); fact(dl, "tags", e.n_tags); fact(dl, "end", e.end);
+    fact(dl, "correct", e.correct === null ? null : (e.correct ? "yes" : "no"));
+    if (e.audit) {
+      fact(dl, "on-target / dup. / phantom / omission",
+        e.audit.on_target + " / " + e.audit.duplicate + " / " + e.audit.phantom + " / " + e.audit.omission);
+    }
+    box.appendChild(dl);
+    if (e.note) { box.appendChild(el("p", "note", e.note)); }
+    if (e.error) { textBlock(box, "error", e.error, "error"); }
+    e.steps.forEach(function (s, j) {
+      var row = el("div", "step");
+      row.appendChild(picture(e.frames[j] || null, "observation " + j + (j === 0 ? " (start)" : "")));
+      var t = el("div", "step-text");
+      t.appendChild(el("h4", null, "step " + s.k));
+      textBlock(t, "model reply", s.reply, "reply");
+      textBlock(t, "parsed action", s.action, "action");
+      textBlock(t, "parse error", s.parse_error, "error");
+      textBlock(t, "environment message", s.message, "message");
+      if (s.perturbation) { textBlock(t, "harness perturbation", s.perturbation, "error"); }
+      t.appendChild(el("p", "meta", s.tags_added + " tag(s) drawn" + (s.cleared ? ", earlier tags cleared" : "")));
+      row.appendChild(t);
+      box.appendChild(row);
+    });
+    var last = el("div", "step final");
+    var n = e.steps.length;
+    last.appendChild(picture(e.frames[n] || null, "observation " + n + " (final)"));
+    if (e.overlay) {
+      var ov = picture(e.overlay, "audit overlay");
+      var lg = el("p", "legend");
+      [["on-target", "ok"], ["duplicate", "dup"], ["phantom", "ph"], ["omission (hollow)", "om"]].forEach(function (p) {
+        var sw = el("span", "swatch " + p[1]);
+        lg.appendChild(sw);
+        lg.appendChild(document.createTextNode(" " + p[0] + "  "));
+      });
+      ov.appendChild(lg);
+      last.appendChild(ov);
+    }
+    box.appendChild(last);
+  }
+  function step(d) {
+    if (!sel.options.length) { return; }
+    var k = Math.min(sel.options.length - 1, Math.max(0, sel.selectedIndex + d));
+    sel.selectedIndex = k;
+    show(Number(sel.value));
+  }
+  sel.addEventListener("change", function () { show(Number(sel.value)); });
+  search.addEventListener("input", function () { fill(); if (sel.options.length) { show(Number(sel.value)); } });
+  document.getElementById("cg-prev").addEventListener("click", function () { step(-1); });
+  document.getElementById("cg-next").addEventListener("click", function () { step(1); });
+  fill();
+  if (eps.length) { show(0); }
+})();
+"""
+
+CSS = """
+:root { --fg: #1d232b; --muted: #5b6573; --line: #d9dee5; --bg: #ffffff; --alt: #f5f7fa;
+        --accent: #1f5fbf; }
+* { box-sizing: border-box; }
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif;
+       color: var(--fg); background: var(--bg); margin: 0; }
+header, main { max-width: 1400px; margin: 0 auto; padding: 0 24px; }
+header { padding-top: 20px; border-bottom: 1px solid var(--line); }
+h1 { font-size: 24px; margin: 0 0 6px; }
+h2 { font-size: 19px; margin: 30px 0 8px; border-bottom: 2px solid var(--accent); padding-bottom: 3px; }
+h3 { font-size: 15px; margin: 20px 0 4px; }
+nav a { margin-right: 14px; color: var(--accent); text-decoration: none; }
+.note { color: var(--muted); margin: 4px 0 10px; max-width: 1100px; }
+.file { color: var(--muted); font-weight: normal; font-size: 12px; font-family: ui-monospace, monospace; }
+.table-wrap { overflow: auto; max-height: 520px; border: 1px solid var(--line); border-radius: 4px; }
+table { border-collapse: collapse; font-size: 12.5px; width: max-content; min-width: 100%; }
+th, td { padding: 4px 8px; border-bottom: 1px solid var(--line); text-align: left; white-space: nowrap; }
+th { position: sticky; top: 0; background: #e9eef5; z-index: 1; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+tbody tr:nth-child(even) { background: var(--alt); }
+figure.plot { margin: 12px 0 22px; }
+figure.plot img { max-width: 100%; border: 1px solid var(--line); }
+figcaption { color: var(--muted); font-size: 12.5px; }
+.viewer { display: grid; grid-template-columns: 340px 1fr; gap: 16px; align-items: start; }
+.viewer-list { position: sticky; top: 8px; }
+.viewer-list input, .viewer-list select { width: 100%; font: inherit; font-size: 12.5px; }
+.viewer-list select { margin-top: 6px; }
+.viewer-nav { display: flex; gap: 6px; margin-top: 6px; }
+.viewer-nav button { flex: 1; font: inherit; }
+.facts { display: grid; grid-template-columns: max-content 1fr max-content 1fr; gap: 2px 12px; margin: 4px 0 10px; }
+.facts dt { color: var(--muted); } .facts dd { margin: 0; font-weight: 600; }
+.step { display: grid; grid-template-columns: minmax(220px, 384px) 1fr; gap: 14px;
+        border-top: 1px solid var(--line); padding: 10px 0; }
+.step.final { grid-template-columns: minmax(220px, 384px) minmax(220px, 512px); }
+.frame { margin: 0; } .frame img { width: 100%; border: 1px solid var(--line); }
+.step-text h4 { margin: 0 0 4px; }
+.label { color: var(--muted); font-size: 11.5px; text-transform: uppercase; letter-spacing: .04em; margin-top: 6px; }
+pre { white-space: pre-wrap; word-break: break-word; background: var(--alt); border: 1px solid var(--line);
+      border-radius: 3px; padding: 6px 8px; margin: 2px 0; font-size: 12px; max-height: 260px; overflow: auto; }
+pre.error { background: #fff1f0; } pre.reply { background: #f0f6ff; }
+.meta { color: var(--muted); font-size: 12px; margin: 4px 0; }
+.legend { font-size: 12px; color: var(--muted); }
+.swatch { display: inline-block; width: 11px; height: 11px; border-radius: 50%; border: 3px solid; vertical-align: -1px; }
+.swatch.ok { border-color: rgb(0,170,60); } .swatch.dup { border-color: rgb(255,140,0); }
+.swatch.ph { border-color: rgb(220,0,0); } .swatch.om { border-color: rgb(0,90,255); background: transparent; }
+footer { max-width: 1400px; margin: 30px auto; padding: 10px 24px; color: var(--muted); border-top: 1px solid var(--line); }
+"""
+
+
+def render_report(
+    tables: AuditTables,
+    *,
+    figures: Mapping[str, Sequence[ReportFigure]],
+    viewer: ViewerData | None,
+    provenance: Mapping[str, object],
+    title: str = "countgym audit report",
+) -> str:
+    """The report as one HTML string. ``figures`` maps a section (``range``, ``arms``,
+    ``capacity``) to its figures; ``provenance`` lists facts shown in the header."""
+    facts = " · ".join(f"{esc(k)}: <b>{esc(v)}</b>" for k, v in provenance.items())
+    nav = "".join(
+        f'<a href="#{a}">{esc(t)}</a>'
+        for a, t in (
+            ("summary", "Summary"), ("range", "Counting range"), ("contrasts", "Contrasts"),
+            ("arms", "Arms"), ("capacity", "Capacity profile"), ("principles", "Principle tests"),
+            ("viewer", "Trajectory viewer"),
+        )
+    )  # fmt: skip
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{esc(title)}</title><style>{CSS}</style></head><body>",
+        f'<header><h1>{esc(title)}</h1><p class="note">{facts}</p><nav>{nav}</nav></header>',
+        "<main>",
+        summary_section(tables.summary),
+        figures_section(figures.get("range", ()), "range", "Counting range (accuracy vs n)"),
+        contrasts_section(tables.contrasts),
+        figures_section(figures.get("arms", ()), "arms", "Arm comparison"),
+        figures_section(figures.get("capacity", ()), "capacity", "Capacity profile"),
+        principles_section(tables.principles),
+        viewer_section(viewer),
+        "</main>",
+        '<footer>Self-contained report written by <code>countgym audit</code>: the tables are '
+        "also in the audit folder as CSV, the figures as PNG.</footer>",
+        "</body></html>",
+    ]
+    return "\n".join(p for p in parts if p)

@@ -1,0 +1,197 @@
+"""Trajectory-viewer data: every step's working image re-rendered from the log, the replies,
+and the audit overlay, ready to embed in the HTML report.
+
+Images come from ``countgym.envs.replay.replay_observation`` (the exact pixels the policy
+saw), down-scaled and JPEG-encoded as ``data:`` URIs. The viewer holds at most
+``max_episodes`` episodes and stops adding episodes once their images pass ``max_bytes``; the
+report says when either cap applied. Episodes are chosen as whole stimuli (all arms and
+repeats of one stimulus, so they can be compared), spread evenly over the true counts.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from PIL import Image
+
+from countgym.errors import UserError
+from countgym.logs import EpisodeRecord
+
+from .contrasts import arm_sort_key
+from .naming import short_dataset
+from .overlay import draw_audit_overlay, fit_image
+from .stimuli import StimulusCache
+
+
+@dataclass(frozen=True)
+class ViewerOptions:
+    """Size caps of the trajectory viewer."""
+
+    max_episodes: int = 40
+    """Episodes shown at most."""
+    max_bytes: int = 8_000_000
+    """Stop adding episodes once the embedded images pass this many bytes (base64)."""
+    thumb_px: int = 384
+    """Longer side of each step's image."""
+    overlay_px: int = 512
+    """Longer side of the audit-overlay image."""
+    jpeg_quality: int = 80
+    max_reply_chars: int = 4000
+    """Longer replies are cut (the log keeps them whole)."""
+
+
+@dataclass(frozen=True)
+class ViewerData:
+    """The viewer's episodes (JSON-ready dicts) and how the caps applied."""
+
+    episodes: tuple[dict[str, Any], ...]
+    total: int
+    capped_by: str | None
+    n_bytes: int
+    options: ViewerOptions
+
+    @property
+    def shown(self) -> int:
+        return len(self.episodes)
+
+
+def check_viewer_options(options: ViewerOptions) -> None:
+    """Raise ``ValueError`` naming the first bad option."""
+    for name in ("max_episodes", "max_bytes", "thumb_px", "overlay_px", "max_reply_chars"):
+        v = getattr(options, name)
+        if not isinstance(v, int) or v < 0 or (v == 0 and name != "max_episodes"):
+            raise ValueError(f"viewer option {name} must be a positive integer, got {v!r}")
+    if not 1 <= options.jpeg_quality <= 95:
+        raise ValueError(f"viewer option jpeg_quality must lie in 1..95, got {options.jpeg_quality!r}")
+
+
+def _jpeg_uri(image: Image.Image, quality: int) -> str:
+    buf = io.BytesIO()
+    image.convert("RGB").save(buf, format="JPEG", quality=quality, optimize=True)
+    return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _cut(text: str | None, limit: int) -> str | None:
+    if text is None or len(text) <= limit:
+        return text
+    return text[:limit] + f" … [{len(text) - limit} more characters in the log]"
+
+
+def select_episodes(episodes: pd.DataFrame, max_episodes: int) -> list[str]:
+    """Episode ids for the viewer: whole stimuli spread evenly over n, arms in baseline order."""
+    if max_episodes <= 0 or episodes.empty:
+        return []
+    ep = episodes.assign(_n=episodes["n_true"].astype("Float64").fillna(-1))
+    stims = ep.groupby(["dataset", "stimulus_id"], sort=False)["_n"].first().reset_index()
+    stims = stims.sort_values(["_n", "dataset", "stimulus_id"], kind="stable")
+    per_stim = max(1.0, len(ep) / max(1, len(stims)))
+    k = min(len(stims), max(1, math.ceil(max_episodes / per_stim)))
+    picks = np.unique(np.linspace(0, len(stims) - 1, k).round().astype(int))
+    chosen = stims.iloc[picks]
+    out: list[str] = []
+    for ds, sid in zip(chosen["dataset"], chosen["stimulus_id"], strict=True):
+        g = ep[(ep["dataset"] == ds) & (ep["stimulus_id"] == sid)]
+        g = g.assign(_k=[arm_sort_key(str(a)) for a in g["arm"]]).sort_values(
+            ["_k", "model", "repeat"], kind="stable"
+        )
+        out.extend(g["episode_id"].tolist())
+    return out[:max_episodes]
+
+
+def _uncropped(record: EpisodeRecord) -> EpisodeRecord:
+    """The record with its last crop view removed, so the final replay is the full image."""
+    if not record.steps or record.steps[-1].crop_box is None:
+        return record
+    steps = [*record.steps[:-1], record.steps[-1].model_copy(update={"crop_box": None})]
+    return record.model_copy(update={"steps": steps})
+
+
+def _render(record: EpisodeRecord, stimuli: StimulusCache, opts: ViewerOptions) -> dict[str, Any]:
+    from countgym.envs.replay import replay_observation
+
+    out: dict[str, Any] = {"frames": [], "overlay": None, "note": None}
+    ds = stimuli.dataset(record.dataset)
+    if ds is None:
+        out["note"] = f"dataset {record.dataset!r} not found: no images"
+        return out
+    try:
+        for k in range(len(record.steps) + 1):
+            img = Image.fromarray(replay_observation(record, ds, k))
+            out["frames"].append(_jpeg_uri(fit_image(img, opts.thumb_px)[0], opts.jpeg_quality))
+        gt = stimuli.truth_points(record)
+        if gt is not None:
+            final = replay_observation(_uncropped(record), ds, None)
+            im, _ = draw_audit_overlay(final, record.tags, gt[0], tau=gt[1], max_side=opts.overlay_px)
+            out["overlay"] = _jpeg_uri(im, opts.jpeg_quality)
+    except (UserError, OSError, ValueError) as e:
+        out["note"] = f"images unavailable: {e}"
+    return out
+
+
+def _step_entry(step: Any, limit: int) -> dict[str, Any]:
+    return {
+        "k": step.index + 1,
+        "reply": _cut(step.reply, limit),
+        "action": None if step.action is None else _cut(json.dumps(step.action), limit),
+        "parse_error": step.parse_error,
+        "message": _cut(step.message, limit),
+        "tags_added": len(step.tags_added),
+        "cleared": step.tags_cleared,
+        "perturbation": None if step.perturbation is None else json.dumps(step.perturbation),
+    }
+
+
+def _value(v: Any) -> Any:
+    if v is None or v is pd.NA:
+        return None
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+def build_viewer(
+    records: Sequence[EpisodeRecord],
+    episodes: pd.DataFrame,
+    stimuli: StimulusCache,
+    options: ViewerOptions | None = None,
+) -> ViewerData:
+    """Viewer entries for up to ``options.max_episodes`` episodes (see the module docstring)."""
+    opts = options or ViewerOptions()
+    check_viewer_options(opts)
+    by_id = {r.episode_id: r for r in records}
+    rows = episodes.set_index("episode_id")
+    picked = select_episodes(episodes, opts.max_episodes)
+    entries: list[dict[str, Any]] = []
+    n_bytes = 0
+    capped: str | None = "count" if len(picked) < len(episodes) else None
+    for eid in picked:
+        if entries and n_bytes > opts.max_bytes:
+            capped = "bytes"
+            break
+        rec = by_id[eid]
+        row = rows.loc[eid]
+        images = _render(rec, stimuli, opts)
+        n_bytes += sum(len(f) for f in images["frames"]) + len(images["overlay"] or "")
+        audit = None
+        if bool(row["audited"]):
+            audit = {k: _value(row[k]) for k in ("on_target", "duplicate", "phantom", "omission")}
+        entries.append({
+            "id": eid, "dataset": short_dataset(row["dataset"]), "model": str(row["model"]),
+            "arm": str(row["arm"]), "stimulus": str(row["stimulus_id"]),
+            "repeat": int(row["repeat"]), "n_true": _value(row["n_true"]),
+            "answer": _value(row["answer"]), "n_tags": int(row["n_tags"]), "end": str(row["end"]),
+            "correct": _value(row["correct"]), "error": _cut(rec.error, opts.max_reply_chars),
+            "audit": audit, "steps": [_step_entry(s, opts.max_reply_chars) for s in rec.steps],
+            **images,
+        })  # fmt: skip
+    return ViewerData(tuple(entries), len(episodes), capped, n_bytes, opts)
