@@ -30,8 +30,10 @@ def model_arms() -> dict[str, Any]:
 
 
 def is_model_arm(agent: str) -> bool:
-    """True for the built-in arms that call a model (direct, cot, list, tag, ...)."""
-    return agent in model_arms()
+    """True for the built-in arms that call a model (direct, cot, list, tag, ..., cf-mcq, ...)."""
+    from countgym.agents.cf_arm import is_cf_arm
+
+    return agent in model_arms() or is_cf_arm(agent)
 
 
 def cell_env_options(
@@ -40,6 +42,16 @@ def cell_env_options(
     """Environment options of ``agent`` with ablations (verify, numbered, order, perturb,
     extra_tools, thinking, reward, tool_cost) and explicit tools/budget applied."""
     env_only = {k: ablations.pop(k) for k in ENV_ONLY if k in ablations}
+    from countgym.agents.cf_arm import is_cf_arm, parse_cf_arm
+
+    if is_cf_arm(agent):
+        ablations.pop("thinking", None)  # part of the arm name (+think)
+        bad = set(ablations) - {"blur_radius", "feather", "attention"}
+        if bad or tools is not None or budget is not None:
+            raise UserError(f"CounterCount arm {agent!r} takes only blur_radius, feather, attention; got {sorted(bad) or 'tools/budget'}")
+        opts = parse_cf_arm(agent).env_options(**{k: v for k, v in ablations.items() if v is not None})
+        opts.update(env_only)
+        return opts
     if is_model_arm(agent):
         from countgym.agents.arms import arm_env_options
 
@@ -90,11 +102,21 @@ def policy_factory(
             )
         from countgym.agents.arms import make_arm_policy
         from countgym.agents.backends import make_backend
+        from countgym.agents.cf_arm import CFPolicy, is_cf_arm, make_cf_backend
 
         try:
-            backend = make_backend(model, **options)
+            if is_cf_arm(agent):
+                backend = make_cf_backend(agent, model, **options)
+            else:
+                backend = make_backend(model, **options)
         except TypeError as e:
             raise UserError(f"invalid backend option for {model!r}: {e}") from None
+        if is_cf_arm(agent):
+            if concurrency > 1 and model.startswith(("hf:", "local:")):
+                from countgym.agents.backends.batching import BatchingBackend
+
+                backend = BatchingBackend(backend, max_batch=concurrency)
+            return lambda: CFPolicy(backend)
         if concurrency > 1 and model.startswith(("hf:", "local:")):
             from countgym.agents.backends.batching import BatchingBackend
 

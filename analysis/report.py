@@ -508,6 +508,7 @@ def render_report(
     viewer: ViewerData | None,
     provenance: Mapping[str, object],
     title: str = "countgym audit report",
+    extra_sections: Sequence[str] = (),
 ) -> str:
     """The report as one HTML string. ``figures`` maps a section (``range``, ``arms``,
     ``capacity``) to its figures; ``provenance`` lists facts shown in the header."""
@@ -533,6 +534,7 @@ def render_report(
         figures_section(figures.get("arms", ()), "arms", "Arm comparison"),
         figures_section(figures.get("capacity", ()), "capacity", "Capacity profile"),
         principles_section(tables.principles),
+        *extra_sections,
         viewer_section(viewer),
         "</main>",
         '<footer>Self-contained report written by <code>countgym audit</code>: the tables are '

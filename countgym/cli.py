@@ -130,6 +130,13 @@ def cmd_scenes_make(args: argparse.Namespace) -> int:
     from countgym.scenes import make_battery
 
     kwargs: dict[str, Any] = {"seed": args.seed, "limit": args.limit, "progress": not args.no_progress}
+    if args.battery == "countercount":
+        from countgym.scenes.counterfactual import make_countercount
+
+        if args.per_level is not None or args.renderer is not None:
+            raise UserError("--per-level and --renderer do not apply to countercount (--limit counts pairs)")
+        print(f"wrote {make_countercount(Path(args.out), **kwargs)}")
+        return 0
     if args.per_level is not None:
         kwargs["per_level"] = args.per_level
     if args.renderer is not None:

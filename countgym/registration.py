@@ -18,6 +18,12 @@ IMAGE_ENVS: dict[str, str] = {
 }
 
 
+# id -> (entry point, default kwargs) for the single-step environments.
+SINGLE_STEP_ENVS: dict[str, tuple[str, dict]] = {
+    "countgym/CounterCount-v0": ("countgym.envs.cf_env:CounterCountEnv", {"dataset": "countercount"}),
+}
+
+
 def register_envs() -> None:
     """Register all environments once (idempotent)."""
     for env_id, dataset in IMAGE_ENVS.items():
@@ -29,3 +35,6 @@ def register_envs() -> None:
             kwargs={"dataset": dataset},
             disable_env_checker=False,
         )
+    for env_id, (entry, kwargs) in SINGLE_STEP_ENVS.items():
+        if env_id not in gymnasium.registry:
+            gymnasium.register(id=env_id, entry_point=entry, kwargs=kwargs)

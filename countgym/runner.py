@@ -51,15 +51,9 @@ class CellSpec:
 
     def resolved_env_options(self) -> dict[str, Any]:
         """The arm's own environment options overridden by ``env_options``."""
-        from countgym.agents.registry import is_model_arm
+        from countgym.tasks import base_env_options
 
-        if is_model_arm(self.agent):
-            from countgym.agents.arms import ARMS
-
-            base = ARMS[self.agent].env_options()
-            base["tools"] = list(base["tools"])
-            return {**base, **self.env_options}
-        return dict(self.env_options)
+        return {**base_env_options(self.agent), **self.env_options}
 
     def key(self) -> str:
         """Short hash of the options that distinguish cells with the same names."""
@@ -101,13 +95,10 @@ def episode_seed(base: int, stimulus_id: str, repeat: int) -> int:
 
 
 def make_env(dataset: Dataset | str, env_options: dict[str, Any], *, arm: str, model: str) -> Any:
-    """Build the image tool environment for a cell (unwrapped: the runner checks nothing twice)."""
-    from countgym.envs.image_env import CountImageEnv
+    """Build the environment of the agent's task for a cell (unwrapped: checked once, in tests)."""
+    from countgym.tasks import make_task_env
 
-    try:
-        return CountImageEnv(dataset, arm=arm, model=model, **env_options)
-    except (TypeError, ValueError) as e:
-        raise UserError(f"invalid environment options {env_options}: {e}") from None
+    return make_task_env(arm, dataset, env_options, model=model)
 
 
 def run_episode(
@@ -204,13 +195,13 @@ def run_cell(
 ) -> CellResult:
     """Run every (stimulus, repeat) of a cell not yet in its log; append each finished episode."""
     from countgym.agents.registry import policy_factory as make_factory
-    from countgym.scenes import resolve_dataset
+    from countgym.tasks import resolve_for
 
     if concurrency < 1:
         raise UserError(f"--concurrency must be >= 1, got {concurrency}")
     if spec.repeats < 1:
         raise UserError(f"--repeats must be >= 1, got {spec.repeats}")
-    ds = dataset if dataset is not None else resolve_dataset(spec.dataset)
+    ds = dataset if dataset is not None else resolve_for(spec.agent, spec.dataset)
     factory = policy_factory or make_factory(spec.agent, spec.model, spec.agent_options, concurrency=concurrency)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -327,10 +327,22 @@ def cached_battery(name: str, *, progress: bool = True) -> Path:
     return final
 
 
+def _countercount() -> Dataset:
+    from .counterfactual import resolve_countercount
+
+    return resolve_countercount("countercount")
+
+
+# Batteries of the other studies, built into the cache on first use like the DotArrays ones.
+OTHER_BATTERIES: dict[str, Callable[[], Dataset]] = {"countercount": _countercount}
+
+
 def resolve_dataset(name_or_path: str | Path) -> Dataset:
     """A dataset from a folder path, a battery name (built into the cache once), or either
     followed by ``:SUBSET`` (e.g. ``dotarrays:ablation``, ``dotarrays-main:common``)."""
     text = str(name_or_path)
+    if text in OTHER_BATTERIES:
+        return OTHER_BATTERIES[text]()
     path = Path(text).expanduser()
     if path.is_dir():
         return Dataset(path)

@@ -1,0 +1,79 @@
+"""Executors for sweeps: the local one is ``countgym.runner``; ``run_sweep_ray`` runs on Ray.
+
+A cell's episodes can be spread over several log files: the main log ``<out>/<cell>.jsonl``
+(written by the local runner) and shard logs ``<out>/<cell>.shards/*.jsonl`` (one per Ray task).
+Every file holds whole records of distinct episodes, so the audit (which reads every ``*.jsonl``
+under a run folder) sees them as one run, and resume by either executor must skip an episode
+found in ANY of them. The helpers here are that shared view; they import nothing heavy, so the
+local runner can use them without Ray installed.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from countgym.logs import iter_records
+
+if TYPE_CHECKING:
+    from countgym.runner import CellSpec
+
+SHARDS_SUFFIX = ".shards"
+
+__all__ = ["SHARDS_SUFFIX", "cell_log_files", "clear_cell", "done_in_cell", "run_sweep_ray", "shard_dir"]
+
+
+def shard_dir(out: str | Path, spec: CellSpec) -> Path:
+    """Folder of a cell's shard logs: ``<out>/<cell-stem>.shards``."""
+    return Path(out) / (Path(spec.log_name()).stem + SHARDS_SUFFIX)
+
+
+def cell_log_files(out: str | Path, spec: CellSpec) -> list[Path]:
+    """Every existing log file of a cell: the main log first, then its shard logs (sorted)."""
+    main = Path(out) / spec.log_name()
+    files = [main] if main.is_file() else []
+    shards = shard_dir(out, spec)
+    if shards.is_dir():
+        files.extend(sorted(p for p in shards.glob("*.jsonl") if p.is_file()))
+    return files
+
+
+def done_in_cell(out: str | Path, spec: CellSpec) -> tuple[set[tuple[str, int]], float]:
+    """(stimulus_id, repeat) pairs logged in any of a cell's files, and the cost they recorded.
+
+    An episode found twice (which the executors never write) is counted once, cost included.
+    """
+    return done_in_files(cell_log_files(out, spec))
+
+
+def done_in_files(files: list[Path]) -> tuple[set[tuple[str, int]], float]:
+    """(stimulus_id, repeat) pairs in the given log files and their recorded cost (each once)."""
+    done: set[tuple[str, int]] = set()
+    cost = 0.0
+    for rec in iter_records(files):
+        key = (rec.stimulus_id, rec.repeat)
+        if key in done:
+            continue
+        done.add(key)
+        cost += sum(s.cost or 0.0 for s in rec.steps)
+    return done, cost
+
+
+def clear_cell(out: str | Path, spec: CellSpec) -> None:
+    """Delete a cell's main log and shard logs (``--force``)."""
+    main = Path(out) / spec.log_name()
+    if main.exists():
+        main.unlink()
+    shards = shard_dir(out, spec)
+    if shards.exists():
+        shutil.rmtree(shards)
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy, so `import countgym.executors` (done by the local runner) never imports Ray code.
+    if name == "run_sweep_ray":
+        from countgym.executors.ray_executor import run_sweep_ray
+
+        return run_sweep_ray
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,573 @@
+"""The CounterCount single-step environment (*CounterCount*, Sections 3-4, Appendix B).
+
+Also home of the two pieces the environment and the analysis share: the question builders
+(MCQ with the distractors of Appendix B.1, OE completion, cue, generic names) and the strict
+count extraction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector.utils import create_shared_memory
+from PIL import Image
+
+import countgym
+from countgym.envs import cf_templates as tpl
+from countgym.envs.actions import Reply
+from countgym.envs.rewards import RewardFn, resolve_reward
+from countgym.envs.spaces import ImageSpace, MessageSpace
+from countgym.envs.state import EpisodeState
+from countgym.logs import ArmSpec, EpisodeRecord, StepRecord, Truth, utcnow
+from countgym.stimulus import Dataset, Stimulus
+
+QuestionFormat = Literal["mcq", "oe"]
+MAX_LONG_SIDE = 1024
+
+
+# =========================================================================== questions
+def mcq_counts(ordinary: int, anomalous: int) -> list[int]:
+    """The four MCQ counts of Appendix B.1, unshuffled: [anomalous, ordinary, d1, d2].
+
+    Gap > 1: d1 is the midpoint floor((c_o + c_a) / 2). Gap of one (or none): d1 is one below
+    the minimum, and when that is not a valid count (zero or below; always so for c_a = 0) it
+    falls back to two above the maximum. d2 is one above the maximum (out of range). Duplicates
+    are resolved in that order by incrementing the later value until it is unique.
+    """
+    if ordinary < 0 or anomalous < 0:
+        raise ValueError(f"counts must be >= 0, got ordinary={ordinary}, anomalous={anomalous}")
+    lo, hi = min(ordinary, anomalous), max(ordinary, anomalous)
+    if hi - lo > 1:
+        d1 = (ordinary + anomalous) // 2
+    else:
+        d1 = lo - 1
+        if d1 <= 0 or anomalous == 0:
+            d1 = hi + 2
+    d2 = hi + 1
+    out: list[int] = []
+    for v in (anomalous, ordinary, d1, d2):
+        while v in out:
+            v += 1
+        out.append(v)
+    return out
+
+
+def option_seed(stimulus_id: str) -> int:
+    """The fixed per-image shuffle seed (from the stimulus id, stable across runs and machines)."""
+    return int.from_bytes(hashlib.sha256(f"countercount-options|{stimulus_id}".encode()).digest()[:8], "little")
+
+
+def mcq_options(ordinary: int, anomalous: int, stimulus_id: str) -> list[int]:
+    """The four MCQ counts in the order shown, shuffled with the per-image seed."""
+    counts = mcq_counts(ordinary, anomalous)
+    order = np.random.default_rng(option_seed(stimulus_id)).permutation(len(counts))
+    return [counts[i] for i in order]
+
+
+@dataclass(frozen=True)
+class Question:
+    """The text a model sees for one stimulus, and what it was built from."""
+
+    text: str
+    format: QuestionFormat
+    name: str
+    """The subject name used (specific or generic)."""
+    options: tuple[int, ...] = ()
+    """MCQ counts in the order shown (empty for OE)."""
+
+    @property
+    def option_words(self) -> tuple[str, ...]:
+        """MCQ options in word form, as shown."""
+        return tuple(tpl.number_word(v) for v in self.options)
+
+
+def build_question(
+    stimulus: Stimulus, *, format: QuestionFormat = "mcq", cue: bool = False, generic: bool = False
+) -> Question:
+    """The CounterCount question for a stimulus (Appendix B.3), with the cue (Section 4.1.3)
+    and/or the generic subject name (Appendix C.4).
+
+    The MCQ options of both images of a pair are built from (canonical count, CF count), so the
+    factual question offers the same four counts as its counterfactual (each shuffled with its
+    own image's seed).
+    """
+    if format not in ("mcq", "oe"):
+        raise ValueError(f"format must be 'mcq' or 'oe', got {format!r}")
+    meta = stimulus.meta
+    name = tpl.generic_name(str(meta.get("category", ""))) if generic else str(meta.get("subject") or stimulus.obj_sing)
+    attribute = str(meta.get("attribute") or stimulus.obj_sing)
+    fields = {"anomaly": attribute, "anomaly_plural": stimulus.obj, "name": name}
+    options: tuple[int, ...] = ()
+    if format == "mcq":
+        ordinary = int(meta.get("canonical_count", stimulus.n))
+        anomalous = int(meta.get("cf_count", stimulus.n))
+        options = tuple(mcq_options(ordinary, anomalous, stimulus.id))
+        words = tpl.OPTION_SEPARATOR.join(tpl.number_word(v) for v in options)
+        text = tpl.fill_question(tpl.MCQ, options=words, **fields)
+    else:
+        text = tpl.fill_question(tpl.OE, **fields)
+    if cue:
+        text = f"{tpl.CUE} {text}"
+    return Question(text=text, format=format, name=name, options=options)
+
+
+# =========================================================================== extraction
+@dataclass(frozen=True)
+class Extraction:
+    """What a reply says the count is: ``value`` (None when no single count) and why."""
+
+    value: int | None
+    reason: str
+    """``answer_line``, ``number``, ``no_number`` or ``ambiguous``."""
+    numbers: tuple[int, ...] = ()
+    """Every count found (distinct, in order of first appearance): the judge's input."""
+
+    @property
+    def error(self) -> str | None:
+        """A one-line parse error for the log (None when a count was extracted)."""
+        if self.value is not None:
+            return None
+        if self.reason == "ambiguous":
+            return f"ambiguous: several incompatible numbers ({', '.join(map(str, self.numbers))})"
+        return "no_number: the reply states no count"
+
+
+_UNITS = {w: i for i, w in enumerate(tpl.NUMBER_WORDS)}
+_TENS = {w: 10 * i for i, w in enumerate(tpl.TENS_WORDS) if w}
+_WORD = "|".join(sorted([*_UNITS, *_TENS], key=len, reverse=True))
+_NUMBER_RE = re.compile(
+    rf"(?<![\w.])(?P<digits>\d+(?:\.\d+)?)(?![\w.]*\w)"
+    rf"|\b(?P<tens>{'|'.join(_TENS)})(?:[\s-]+(?P<unit>{'|'.join(list(_UNITS)[1:10])}))?\b"
+    rf"|\b(?P<word>{_WORD})\b"
+    r"|\b(?P<none>none)\b",
+    re.IGNORECASE,
+)
+_ANSWER_RE = re.compile(rf"\banswer\s*[:=]\s*\**\s*(\d+|{_WORD})\b", re.IGNORECASE)
+_THINK_RE = re.compile(r"<think>.*?</think>", re.IGNORECASE | re.DOTALL)
+
+
+def extract_count(
+    text: str, *, options: Sequence[str] | None = None, attribute: Sequence[str] | str | None = None
+) -> Extraction:
+    """The count a reply commits to, strictly.
+
+    A reasoning block (``<think>...</think>``) is removed first. ``ANSWER: n`` lines win when
+    present. Otherwise every count in the reply is collected: digits, number words
+    ("three", "twenty-one" -- MCQ options are words), "none", and, given ``attribute`` names,
+    "no legs" (0) and "a single leg" (1). One distinct value is the answer; several incompatible
+    values are no answer (``ambiguous``: the judge step of ``countgym.analysis.cf`` decides
+    those). ``options`` (MCQ option words) need no special casing because options are number
+    words; the argument is accepted so a wrapper with option letters can pass them.
+    """
+    del options  # number words already cover the MCQ options
+    body = _strip_thinking(text or "")
+    answers = [_to_float(m.group(1)) for m in _ANSWER_RE.finditer(body)]
+    if answers:
+        return _decide(_distinct(answers), "answer_line")
+    found: list[tuple[int, float]] = []
+    for m in _NUMBER_RE.finditer(body):
+        found.append((m.start(), _match_value(m)))
+    for pos, value in _attribute_counts(body, attribute):
+        found.append((pos, value))
+    values = _distinct([v for _, v in sorted(found)])
+    if not values:
+        return Extraction(None, "no_number")
+    return _decide(values, "number")
+
+
+def _decide(values: list[float], reason: str) -> Extraction:
+    """One valid count is the answer; anything else (several, a fraction, absurd) is not."""
+    counts = tuple(int(v) for v in values if _is_count(v))
+    if len(values) == 1 and counts:
+        return Extraction(counts[0], reason, counts)
+    return Extraction(None, "ambiguous", counts)
+
+
+def _is_count(v: float) -> bool:
+    # Counts are whole, non-negative and of sane size (a 400-digit "count" is noise, not an answer).
+    return math.isfinite(v) and v.is_integer() and 0 <= v < 1e9
+
+
+def _strip_thinking(text: str) -> str:
+    text = _THINK_RE.sub(" ", text)
+    if "</think>" in text.lower():  # an opened-by-template block: keep what follows it
+        text = text[text.lower().rfind("</think>") + len("</think>") :]
+    return text
+
+
+def _to_float(token: str) -> float:
+    t = token.lower()
+    if t.isdigit():
+        return float(t)  # float(str) saturates to inf; float(int) of a huge int would raise
+    return float(_UNITS.get(t, _TENS.get(t, math.nan)))
+
+
+def _match_value(m: re.Match[str]) -> float:
+    if m.group("digits"):
+        return float(m.group("digits"))
+    if m.group("tens"):
+        return float(_TENS[m.group("tens").lower()] + (_UNITS[m.group("unit").lower()] if m.group("unit") else 0))
+    if m.group("word"):
+        return float(_UNITS.get(m.group("word").lower(), _TENS.get(m.group("word").lower(), math.nan)))
+    return 0.0  # "none"
+
+
+def _attribute_counts(body: str, attribute: Sequence[str] | str | None) -> list[tuple[int, float]]:
+    if not attribute:
+        return []
+    names = [attribute] if isinstance(attribute, str) else list(attribute)
+    alt = "|".join(re.escape(a) for a in sorted(set(names), key=len, reverse=True) if a)
+    if not alt:
+        return []
+    out: list[tuple[int, float]] = []
+    for m in re.finditer(rf"\bno\s+(?:{alt})\b", body, re.IGNORECASE):
+        out.append((m.start(), 0.0))
+    for m in re.finditer(rf"\b(?:a|an)\s+(?:single\s+)?(?:{alt})\b", body, re.IGNORECASE):
+        out.append((m.start(), 1.0))
+    return out
+
+
+def _distinct(values: Sequence[float]) -> list[float]:
+    out: list[float] = []
+    for v in values:
+        if not math.isnan(v) and v not in out:
+            out.append(v)
+    return out
+
+
+# =========================================================================== environment
+class MaskSpace(spaces.Space[np.ndarray]):
+    """Boolean (H, W) masks of any size with 1 <= H, W <= ``max_side`` (the Mask-BB region)."""
+
+    def __init__(self, max_side: int = MAX_LONG_SIDE, seed: int | np.random.Generator | None = None):
+        self.max_side = int(max_side)
+        super().__init__(shape=None, dtype=np.bool_, seed=seed)
+
+    @property
+    def is_np_flattenable(self) -> bool:
+        return False
+
+    def sample(self, mask: Any = None, probability: Any = None) -> np.ndarray:
+        h, w = self.np_random.integers(1, min(self.max_side, 64) + 1, size=2)
+        return self.np_random.integers(0, 2, size=(int(h), int(w))).astype(bool)
+
+    def contains(self, x: Any) -> bool:
+        return (
+            isinstance(x, np.ndarray) and x.dtype == np.bool_ and x.ndim == 2
+            and 1 <= x.shape[0] <= self.max_side and 1 <= x.shape[1] <= self.max_side
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, MaskSpace) and other.max_side == self.max_side
+
+
+@create_shared_memory.register(MaskSpace)
+def _no_shared_memory(space: Any, n: int = 1, ctx: Any = None) -> Any:
+    from gymnasium.error import CustomSpaceError
+
+    raise CustomSpaceError("MaskSpace cannot live in shared memory; use AsyncVectorEnv(..., shared_memory=False)")
+
+
+class CounterCountEnv(gym.Env):
+    """Count one attribute of a subject in a factual or counterfactual image (one step).
+
+    ## Description
+    The evaluation of *CounterCount*: the policy sees an image of a familiar subject (a dog, a
+    hand, a car, ...) and a question about how many of one attribute it has (legs, fingers,
+    wheels, ...). Counterfactual images show an edited count; models that recall the canonical
+    count instead of counting are "biased".
+
+    ## Action Space
+    ``MessageSpace``: the model's reply text (or a ``Reply`` carrying text, usage and cost).
+    The count is extracted strictly: ``ANSWER:`` lines, else digits and number words (MCQ options
+    are words); several incompatible numbers are no answer.
+
+    ## Observation Space
+    | key      | space         | content                                                   |
+    |----------|---------------|-----------------------------------------------------------|
+    | image    | ImageSpace    | uint8 H x W x 3 (blurred outside the attribute box if on) |
+    | text     | MessageSpace  | the question (MCQ or OE, optional cue, generic name)       |
+    | region   | MaskSpace     | Mask-BB of the shown image; only with ``expose_region``    |
+
+    ## Rewards
+    ``reward="exact"`` (default): 1 if the extracted count is correct, else 0; or any reward of
+    ``countgym.envs.rewards`` / a callable ``(state, stimulus) -> float``.
+
+    ## Starting State
+    ``reset(seed=..., options={"stimulus_id": ...})``: the named stimulus, or one drawn with the
+    environment's RNG from the pool (optionally only ``kind="factual"`` or ``"cf"`` items).
+
+    ## Episode End
+    - Termination: after the one step (``end="answer"`` with a count, ``"invalid"`` without).
+    - Truncation: a failed model call (``Reply.error``; ``end="error"``).
+
+    ## Information
+    At reset: ``format``, ``options`` (MCQ option words). After the step: ``action`` (the
+    extraction), ``parse_error``; and, the episode having ended, ``truth`` (n, canonical and CF
+    count, kind), ``outcome`` (correct / biased / other / no_answer), ``stimulus_id``,
+    ``answer`` and ``end``. ``episode_record()`` returns the ``EpisodeRecord`` (kept out of
+    ``info`` because its timestamps would break same-seed determinism checks).
+
+    ## Arguments
+    ``dataset`` ("countercount", a folder, a released-data root or a ``Dataset``),
+    ``stimulus_ids``, ``kind`` (None, "factual", "cf"), ``question`` ("mcq", "oe"), ``cue``,
+    ``generic``, ``blur`` with ``blur_radius`` (48) and ``feather`` (4), ``thinking`` and
+    ``attention`` (recorded: they act in the backend), ``expose_region``, ``reward``, ``arm``,
+    ``model``, ``render_mode``.
+
+    ## Version History
+    - v0: initial release.
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 1}
+
+    def __init__(
+        self,
+        dataset: str | Dataset = "countercount",
+        *,
+        stimulus_ids: Sequence[str] | None = None,
+        kind: Literal["factual", "cf"] | None = None,
+        question: QuestionFormat = "mcq",
+        cue: bool = False,
+        generic: bool = False,
+        blur: bool = False,
+        blur_radius: float = 48.0,
+        feather: float = 4.0,
+        thinking: bool | None = None,
+        attention: str | None = None,
+        expose_region: bool = False,
+        reward: str | RewardFn = "exact",
+        arm: str = "countercount",
+        model: str = "unknown",
+        render_mode: str | None = None,
+    ) -> None:
+        from countgym.scenes.counterfactual import resolve_countercount
+
+        self.dataset = resolve_countercount(dataset)
+        self.dataset_name = dataset if isinstance(dataset, str) else self.dataset.name
+        if question not in ("mcq", "oe"):
+            raise ValueError(f"question must be 'mcq' or 'oe', got {question!r}")
+        if kind not in (None, "factual", "cf"):
+            raise ValueError(f"kind must be None, 'factual' or 'cf', got {kind!r}")
+        if blur_radius < 0 or feather < 0:
+            raise ValueError(f"blur_radius and feather must be >= 0, got {blur_radius} and {feather}")
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
+        pool = list(stimulus_ids) if stimulus_ids is not None else self.dataset.ids()
+        for sid in pool:
+            self.dataset[sid]  # validates the id
+        if kind is not None:
+            pool = [sid for sid in pool if self.dataset[sid].meta.get("kind") == kind]
+        if not pool:
+            raise ValueError("the stimulus selection is empty")
+        self._pool = pool
+        self.kind, self.question_format = kind, question
+        self.cue, self.generic, self.blur = bool(cue), bool(generic), bool(blur)
+        self.blur_radius, self.feather = float(blur_radius), float(feather)
+        self.thinking, self.attention = thinking, attention
+        self.expose_region = bool(expose_region)
+        self.reward_fn = resolve_reward(reward)
+        self.reward_name = reward if isinstance(reward, str) else getattr(reward, "__name__", "custom")
+        self.arm, self.model = arm, model
+        self.render_mode = render_mode
+        # The runner's Task needs these; a single-step task has only the answer.
+        self.tools: tuple[str, ...] = ("answer",)
+        self.budget = 0
+
+        obs: dict[str, spaces.Space[Any]] = {"image": ImageSpace(MAX_LONG_SIDE), "text": MessageSpace()}
+        if self.expose_region:
+            obs["region"] = MaskSpace(MAX_LONG_SIDE)
+        self.observation_space = spaces.Dict(obs)
+        self.action_space = MessageSpace()
+
+        self.state: EpisodeState | None = None
+        self.stimulus: Stimulus | None = None
+        self.question: Question | None = None
+        self.extraction: Extraction | None = None
+        self._obs: dict[str, Any] | None = None
+        self._steps: list[StepRecord] = []
+        self._episode: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ gymnasium API
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        super().reset(seed=seed)
+        options = options or {}
+        sid = options.get("stimulus_id")
+        if sid is None:
+            sid = self._pool[int(self.np_random.integers(len(self._pool)))]
+        stim = self.dataset[sid]
+        self.stimulus = stim
+        stored = self.dataset.load_image(stim)
+        image, scale = _fit_long_side(stored, MAX_LONG_SIDE)
+        box = [float(v) * s for v, s in zip(stim.meta.get("bbox") or [0, 0, 0, 0], (*scale, *scale), strict=True)]
+        if self.blur:
+            from countgym.scenes.counterfactual import blur_outside
+
+            if not stim.meta.get("bbox"):
+                raise ValueError(f"stimulus {stim.id!r} has no meta.bbox: the blur intervention needs one")
+            image = blur_outside(image, [box], radius=self.blur_radius, feather=self.feather)
+        self.question = build_question(stim, format=self.question_format, cue=self.cue, generic=self.generic)
+        self.state = EpisodeState(original=image, calls_left=0)
+        self.extraction = None
+        self._steps = []
+        self._episode = {
+            "seed": seed,
+            "repeat": int(options.get("repeat", 0)),
+            "episode_id": options.get("episode_id"),
+            "stored_size": stored.size,
+            "started_at": utcnow(),
+        }
+        obs: dict[str, Any] = {"image": np.asarray(image), "text": self.question.text}
+        if self.expose_region:
+            obs["region"] = self._region(stim, image.size, box)
+        self._obs = {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in obs.items()}
+        info = {"format": self.question_format, "options": list(self.question.option_words)}
+        return obs, info
+
+    def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        if self.state is None or self.state.ended or self.stimulus is None:
+            raise RuntimeError("the episode has ended (or never started); call reset()")
+        st, stim = self.state, self.stimulus
+        rec = StepRecord(index=0)
+        terminated = truncated = False
+        if isinstance(action, Reply):
+            rec.usage, rec.cost, rec.latency_s = action.usage, action.cost, action.latency_s
+            rec.reply = action.text
+        else:
+            rec.reply = action if isinstance(action, str) else str(action)
+        if isinstance(action, Reply) and action.error is not None:
+            st.end, st.error = "error", action.error
+            truncated = True
+        else:
+            ex = extract_count(
+                rec.reply or "", options=self.question.option_words if self.question else None,
+                attribute=(stim.obj, stim.obj_sing),
+            )
+            self.extraction = ex
+            if ex.value is not None:
+                rec.action = {"tool": "answer", "count": ex.value, "method": ex.reason}
+                st.answer, st.end = ex.value, "answer"
+            else:
+                rec.parse_error = ex.error
+                st.answer, st.end = None, "invalid"
+            terminated = True
+        self._steps = [rec]
+        st.ended = True
+        reward = float(self.reward_fn(st, stim))
+        info: dict[str, Any] = {
+            "action": rec.action,
+            "parse_error": rec.parse_error,
+            "truth": _truth(stim),
+            "outcome": outcome(st.answer, stim),
+            "stimulus_id": stim.id,
+            "answer": st.answer,
+            "end": st.end,
+        }
+        assert self._obs is not None
+        # The final observation repeats the question's; a copy, so callers never share arrays.
+        obs = {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in self._obs.items()}
+        return obs, reward, terminated, truncated, info
+
+    def render(self) -> np.ndarray | None:
+        """The image shown (``render_mode="rgb_array"``)."""
+        if self.render_mode != "rgb_array" or self._obs is None:
+            return None
+        return self._obs["image"]
+
+    def close(self) -> None:
+        self.state = None
+
+    # ------------------------------------------------------------------ records
+    def episode_record(self) -> EpisodeRecord:
+        """The episode as an ``EpisodeRecord`` (truth included once it has ended)."""
+        st, stim = self.state, self.stimulus
+        if st is None or stim is None:
+            raise RuntimeError("no episode; call reset()")
+        ep = self._episode
+        return EpisodeRecord(
+            episode_id=ep["episode_id"] or f"{self.arm}/{stim.id}/r{ep['repeat']}",
+            stimulus_id=stim.id,
+            stimulus_hash=self.dataset.content_hash(stim),
+            dataset=str(self.dataset_name),
+            arm=ArmSpec(name=self.arm, options=self.options()),
+            env_options=self.options(),
+            model=self.model,
+            seed=int(ep["seed"]) if ep["seed"] is not None else -1,
+            repeat=ep["repeat"],
+            image_size=st.original.size,
+            stimulus_size=ep["stored_size"],
+            steps=list(self._steps),
+            answer=st.answer,
+            end=st.end or "error",  # type: ignore[arg-type]
+            error=st.error,
+            truth=Truth(n=stim.n) if st.ended else None,
+            countgym_version=countgym.__version__,
+            template_hash=tpl.TEMPLATE_HASH,
+            started_at=ep["started_at"],
+            finished_at=utcnow(),
+        )
+
+    def options(self) -> dict[str, Any]:
+        """The environment options as logged (the question format and the interventions)."""
+        return {
+            "task": "countercount",
+            "question": self.question_format,
+            "cue": self.cue,
+            "generic": self.generic,
+            "blur": self.blur,
+            "blur_radius": self.blur_radius,
+            "feather": self.feather,
+            "thinking": self.thinking,
+            "attention": self.attention,
+            "kind": self.kind,
+            "reward": self.reward_name,
+        }
+
+    # ------------------------------------------------------------------ helpers
+    def _region(self, stim: Stimulus, size: tuple[int, int], box: list[float]) -> np.ndarray:
+        """Mask-BB in the frame of the shown image (the attribute box when no mask is stored)."""
+        from countgym.scenes.counterfactual import box_mask, load_mask, mask_bb
+
+        w, h = size
+        rel = stim.meta.get("mask")
+        if rel:
+            mask = load_mask(str(self.dataset.root / rel), size=(w, h))
+            return mask_bb(mask, box)
+        return box_mask(box, (h, w))
+
+
+def outcome(answer: int | None, stimulus: Stimulus) -> str:
+    """``correct``, ``biased`` (a CF answered with the canonical count), ``other`` or ``no_answer``."""
+    if answer is None:
+        return "no_answer"
+    if answer == stimulus.n:
+        return "correct"
+    canonical = stimulus.meta.get("canonical_count")
+    if stimulus.meta.get("kind") == "cf" and canonical is not None and answer == int(canonical):
+        return "biased"
+    return "other"
+
+
+def _truth(stim: Stimulus) -> dict[str, Any]:
+    m = stim.meta
+    return {"n": stim.n, "canonical_count": m.get("canonical_count"), "cf_count": m.get("cf_count"), "kind": m.get("kind")}
+
+
+def _fit_long_side(img: Image.Image, max_side: int) -> tuple[Image.Image, tuple[float, float]]:
+    """Resize so the long side is at most ``max_side``; the x and y scale factors applied."""
+    w, h = img.size
+    if max(w, h) <= max_side:
+        return img, (1.0, 1.0)
+    k = max_side / max(w, h)
+    size = (max(1, math.floor(w * k + 0.5)), max(1, math.floor(h * k + 0.5)))
+    return img.resize(size, Image.Resampling.LANCZOS), (size[0] / w, size[1] / h)
