@@ -14,6 +14,13 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _EXPORTS: dict[str, str] = {
+    # CounterCount
+    "cf_frame": "cf",
+    "cf_scores": "cf",
+    "scores_by": "cf",
+    "paired_deltas": "cf",
+    "judge_ambiguous": "cf",
+    "write_cf_report": "cf",
     # metrics
     "exact_match": "metrics",
     "within_10": "metrics",
