@@ -111,16 +111,36 @@ def policy_factory(
                 backend = make_backend(model, **options)
         except TypeError as e:
             raise UserError(f"invalid backend option for {model!r}: {e}") from None
+        provider = _provider_params(backend)
         if is_cf_arm(agent):
             if concurrency > 1 and model.startswith(("hf:", "local:")):
                 from countgym.agents.backends.batching import BatchingBackend
 
                 backend = BatchingBackend(backend, max_batch=concurrency)
-            return lambda: CFPolicy(backend)
+            return _with_provider(lambda: CFPolicy(backend), provider)
         if concurrency > 1 and model.startswith(("hf:", "local:")):
             from countgym.agents.backends.batching import BatchingBackend
 
             backend = BatchingBackend(backend, max_batch=concurrency)
-        return lambda: make_arm_policy(agent, backend)
+        return _with_provider(lambda: make_arm_policy(agent, backend), provider)
     load_policy(agent, **options)  # fail fast on a bad spec or option
     return lambda: load_policy(agent, **options)
+
+
+def _provider_params(backend: Any) -> dict[str, Any] | None:
+    """The backend's loggable provider parameters (model, temperature, max tokens, ...)."""
+    for _ in range(4):  # look through wrappers (attention modulation, batching)
+        params = getattr(backend, "provider_params", None)
+        if callable(params):
+            from countgym.logs import redact
+
+            return redact(dict(params()))
+        backend = getattr(backend, "inner", None)
+        if backend is None:
+            break
+    return None
+
+
+def _with_provider(factory: Callable[[], Any], provider: dict[str, Any] | None) -> Callable[[], Any]:
+    factory.provider = provider  # type: ignore[attr-defined]
+    return factory

@@ -29,6 +29,23 @@ def utcnow() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
+_SECRET_NAMES = ("api_key", "apikey", "secret", "password", "authorization", "access_token", "bearer")
+
+
+def redact(options: dict[str, Any]) -> dict[str, Any]:
+    """A copy of an option dict with credentials replaced by ``"<redacted>"`` (recursively)."""
+    out: dict[str, Any] = {}
+    for k, v in options.items():
+        name = str(k).lower()
+        if any(s in name for s in _SECRET_NAMES) or name.endswith("_key"):
+            out[k] = "<redacted>"
+        elif isinstance(v, dict):
+            out[k] = redact(v)
+        else:
+            out[k] = v
+    return out
+
+
 class Usage(BaseModel):
     """Token usage of one model call; any field may be unknown (null)."""
 

@@ -26,7 +26,7 @@ from countgym.agents.base import Task
 from countgym.envs import templates as tpl
 from countgym.envs.actions import Reply
 from countgym.errors import UserError
-from countgym.logs import ArmSpec, EpisodeRecord, LogWriter, Truth, iter_records, utcnow
+from countgym.logs import ArmSpec, EpisodeRecord, LogWriter, Truth, iter_records, redact, utcnow
 from countgym.stimulus import Dataset
 
 
@@ -156,7 +156,7 @@ def _error_record(spec: CellSpec, dataset: Dataset, sid: str, repeat: int, seed:
         episode_id=eid,
         stimulus_id=sid,
         dataset=spec.dataset,
-        arm=ArmSpec(name=spec.agent, options={**spec.resolved_env_options(), **spec.agent_options}),
+        arm=ArmSpec(name=spec.agent, options=redact({**spec.resolved_env_options(), **spec.agent_options})),
         env_options=spec.resolved_env_options(),
         model=spec.model or spec.agent,
         seed=seed,
@@ -208,8 +208,10 @@ def run_cell(
     log = out / spec.log_name()
     if force and log.exists():
         log.unlink()
+    provider = getattr(factory, "provider", None)
+    header = {**asdict(spec), "agent_options": redact(spec.agent_options), "provider": provider}
     (out / (log.stem + ".cell.json")).write_text(
-        json.dumps({**asdict(spec), "countgym_version": countgym.__version__}, indent=2, default=str)
+        json.dumps({**header, "countgym_version": countgym.__version__}, indent=2, default=str)
     )
     writer = LogWriter(log)
     done, cost = done_episodes(log)
@@ -227,7 +229,10 @@ def run_cell(
             env = make_env(ds, env_options, arm=spec.agent, model=model)
             rec = run_episode(env, factory(), sid, repeat=r, seed=seed, episode_id=eid)
             rec.dataset = spec.dataset
-            rec.arm = ArmSpec(name=spec.agent, options={**env.options(), **spec.agent_options})
+            options = {**env.options(), **spec.agent_options}
+            if provider:
+                options["provider"] = provider
+            rec.arm = ArmSpec(name=spec.agent, options=redact(options))
             return rec
         except Exception as e:  # noqa: BLE001 - an episode's failure is recorded, not raised
             detail = "".join(traceback.format_exception_only(type(e), e)).strip()

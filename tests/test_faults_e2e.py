@@ -54,3 +54,18 @@ output_cost_per_token = 2e-6
     for p in [*(tmp_path / "runs").iterdir(), *paths.values()]:
         if p.is_file():
             assert SECRET not in p.read_text(errors="replace"), p
+
+
+def test_key_passed_as_option_is_redacted_and_provider_logged(tiny_dataset, tmp_path: Path) -> None:
+    from countgym.runner import CellSpec, run_cell
+
+    with TestServer() as srv:
+        spec = CellSpec(dataset=str(tiny_dataset.root), agent="tag", model="openai/blob",
+                        agent_options={"api_base": srv.base_url, "api_key": SECRET})
+        res = run_cell(spec, tmp_path, progress=False)
+    assert res.errors == 0
+    for p in tmp_path.iterdir():
+        assert SECRET not in p.read_text(), p
+    (rec, *_) = read_records([res.log])
+    assert rec.arm.options["api_key"] == "<redacted>"
+    assert rec.arm.options["provider"]["temperature"] == 0 and rec.arm.options["provider"]["model"] == "openai/blob"
