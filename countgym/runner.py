@@ -286,4 +286,5 @@ def run_cell(
                         record(f.result())
     finally:
         bar.close()
+        writer.close()
     return result
