@@ -32,8 +32,9 @@ def model_arms() -> dict[str, Any]:
 def is_model_arm(agent: str) -> bool:
     """True for the built-in arms that call a model (direct, cot, list, tag, ..., cf-mcq, ...)."""
     from countgym.agents.cf_arm import is_cf_arm
+    from countgym.agents.video_arm import is_video_arm
 
-    return agent in model_arms() or is_cf_arm(agent)
+    return agent in model_arms() or is_cf_arm(agent) or is_video_arm(agent)
 
 
 def cell_env_options(
@@ -52,6 +53,12 @@ def cell_env_options(
         opts = parse_cf_arm(agent).env_options(**{k: v for k, v in ablations.items() if v is not None})
         opts.update(env_only)
         return opts
+    from countgym.agents.video_arm import is_video_arm, video_env_options
+
+    if is_video_arm(agent):
+        if ablations or tools is not None or budget is not None:
+            raise UserError(f"video arm {agent!r} takes no ablations (choose the prompt by arm: video-p1/p2/p3)")
+        return {**video_env_options(agent), **env_only}
     if is_model_arm(agent):
         from countgym.agents.arms import arm_env_options
 
@@ -112,6 +119,14 @@ def policy_factory(
         except TypeError as e:
             raise UserError(f"invalid backend option for {model!r}: {e}") from None
         provider = _provider_params(backend)
+        from countgym.agents.video_arm import VideoDirect, is_video_arm
+
+        if is_video_arm(agent):
+            if concurrency > 1 and model.startswith(("hf:", "local:")):
+                from countgym.agents.backends.batching import BatchingBackend
+
+                backend = BatchingBackend(backend, max_batch=concurrency)
+            return _with_provider(lambda: VideoDirect(backend), provider)
         if is_cf_arm(agent):
             if concurrency > 1 and model.startswith(("hf:", "local:")):
                 from countgym.agents.backends.batching import BatchingBackend

@@ -14,6 +14,11 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _EXPORTS: dict[str, str] = {
+    # CountVideoBench prediction bias
+    "bias_table": "bias",
+    "bias_scores": "bias",
+    "bias_figures": "bias",
+    "top3_share": "bias",
     # CounterCount
     "cf_frame": "cf",
     "cf_scores": "cf",

@@ -63,4 +63,35 @@ def write_task_sections(records: Sequence[EpisodeRecord], out: Path, *, seed: in
                 [p for p in written if p.suffix == ".png"],
             )
         )
+    video = [r for r in records if task_of_record(r) == "video"]
+    if video:
+        from countgym.analysis import bias
+
+        df = pd.DataFrame(
+            {
+                "model": [r.model for r in video],
+                "arm": [r.arm.name for r in video],
+                "n_true": [r.truth.n if r.truth else None for r in video],
+                "answer": [r.answer for r in video],
+            }
+        ).dropna(subset=["n_true"])
+        df["n_true"] = df["n_true"].astype(int)
+        df["model"] = df["model"] + " / " + df["arm"]
+        table = bias.bias_table(df)
+        vout = out / "countvideo"
+        vout.mkdir(parents=True, exist_ok=True)
+        table.to_csv(vout / "bias.csv", index=False)
+        figs = bias.bias_figures(df, vout / "figures")
+        paths.extend([vout / "bias.csv", *figs])
+        sections.append(
+            _section(
+                "countvideo",
+                "CountVideoBench: accuracy and prediction bias",
+                "EM, Acc@10% (floor rule), MAE/RMSE over answered items, coverage, support size "
+                "|S|, prediction perplexity PP = 2^H (non-answers one extra category), largest "
+                "local excess and deficit, preferred values and Top-3 share; an Oracle row.",
+                {"bias": table},
+                figs,
+            )
+        )
     return paths, sections

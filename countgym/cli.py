@@ -31,6 +31,15 @@ _positive_int = _int_at_least(1, "a positive integer")
 _non_negative_int = _int_at_least(0, "an integer >= 0")
 
 
+def _frame_size(v: str) -> Any:
+    if v in ("full", "half", "quarter"):
+        return v
+    w, sep, h = v.lower().partition("x")
+    if not sep or not w.isdigit() or not h.isdigit() or int(w) < 16 or int(h) < 16:
+        raise argparse.ArgumentTypeError(f"expected WxH (e.g. 960x540), full, half or quarter, got {v!r}")
+    return (int(w), int(h))
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse that reports mistakes as one line and exit code 2."""
 
@@ -59,7 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     mk.add_argument("--seed", type=_non_negative_int, default=0)
     mk.add_argument("--per-level", type=_positive_int, default=None)
     mk.add_argument("--limit", type=_positive_int, default=None)
-    mk.add_argument("--renderer", default=None)
+    mk.add_argument("--renderer", default=None, help="countvideo: fast (default), blender/cycles, eevee, workbench")
+    mk.add_argument("--size", type=_frame_size, default=None, help="countvideo frame size: WxH, full, half or quarter")
+    mk.add_argument("--video", action="store_true", help="countvideo: also write an MP4 of each clip")
     mk.add_argument("--no-progress", action="store_true")
 
     r = sub.add_parser("run", help="run one cell: dataset x agent x model")
@@ -130,6 +141,16 @@ def cmd_scenes_make(args: argparse.Namespace) -> int:
     from countgym.scenes import make_battery
 
     kwargs: dict[str, Any] = {"seed": args.seed, "limit": args.limit, "progress": not args.no_progress}
+    if args.battery == "countvideo":
+        from countgym.scenes.video import make_countvideo
+
+        video_kwargs: dict[str, Any] = {**kwargs, "per_level": args.per_level, "renderer": args.renderer or "fast"}
+        if args.size:
+            video_kwargs["size"] = args.size
+        if args.video:
+            video_kwargs["video"] = True
+        print(f"wrote {make_countvideo(Path(args.out), **video_kwargs)}")
+        return 0
     if args.battery == "countercount":
         from countgym.scenes.counterfactual import make_countercount
 

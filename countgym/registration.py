@@ -21,6 +21,7 @@ IMAGE_ENVS: dict[str, str] = {
 # id -> (entry point, default kwargs) for the single-step environments.
 SINGLE_STEP_ENVS: dict[str, tuple[str, dict]] = {
     "countgym/CounterCount-v0": ("countgym.envs.cf_env:CounterCountEnv", {"dataset": "countercount"}),
+    "countgym/CountVideo-v0": ("countgym.envs.video_env:CountVideoEnv", {"dataset": "countvideo"}),
 }
 
 

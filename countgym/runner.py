@@ -116,7 +116,8 @@ def run_episode(
         seed=seed, options={"stimulus_id": stimulus_id, "repeat": repeat, "episode_id": episode_id}
     )
     stim = env.stimulus
-    w, h = env.state.original.size
+    # Every task env exposes the size of what the policy sees (frames for video).
+    w, h = env.image_size if hasattr(env, "image_size") else env.state.original.size
     task = Task(
         obj=stim.obj,
         obj_sing=stim.obj_sing,
@@ -125,7 +126,7 @@ def run_episode(
         budget=env.budget,
         options=env.options(),
     )
-    if getattr(policy, "uses_truth", False):
+    if getattr(policy, "uses_truth", False) and stim.points is not None:
         sw, sh = env._episode["stored_size"]
         pts = [(x * 1000.0 / sw, y * 1000.0 / sh) for x, y in (stim.points or [])]
         policy.give_truth(pts, stim.n)

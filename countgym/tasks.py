@@ -26,6 +26,7 @@ class TaskInfo:
 TASKS: dict[str, TaskInfo] = {
     "image": TaskInfo("image", "countgym.envs.image_env:CountImageEnv"),
     "countercount": TaskInfo("countercount", "countgym.envs.cf_env:CounterCountEnv"),
+    "video": TaskInfo("video", "countgym.envs.video_env:CountVideoEnv"),
 }
 
 
@@ -73,10 +74,15 @@ def resolve_for(agent: str, dataset: str) -> Dataset:
 
         return resolve_countercount(dataset)
     if task.name == "video":
-        from countgym.scenes.video import resolve_countvideo
+        from pathlib import Path
 
-        return resolve_countvideo(dataset)
+        root = Path(dataset).expanduser()
+        if root.is_dir() and not (root / "manifest.jsonl").is_file():
+            from countgym.scenes.video import load_released_countvideo
+
+            return load_released_countvideo(root)
     from countgym.scenes import resolve_dataset
+
 
     return resolve_dataset(dataset)
 

@@ -333,8 +333,15 @@ def _countercount() -> Dataset:
     return resolve_countercount("countercount")
 
 
+def _countvideo(per_level: int | None = None) -> Dataset:
+    from .video import cached_countvideo
+
+    name = "countvideo" if per_level is None else f"countvideo:k{per_level}"
+    return Dataset(cached_countvideo(per_level=per_level), name=name)
+
+
 # Batteries of the other studies, built into the cache on first use like the DotArrays ones.
-OTHER_BATTERIES: dict[str, Callable[[], Dataset]] = {"countercount": _countercount}
+OTHER_BATTERIES: dict[str, Callable[[], Dataset]] = {"countercount": _countercount, "countvideo": _countvideo}
 
 
 def resolve_dataset(name_or_path: str | Path) -> Dataset:
@@ -343,6 +350,9 @@ def resolve_dataset(name_or_path: str | Path) -> Dataset:
     text = str(name_or_path)
     if text in OTHER_BATTERIES:
         return OTHER_BATTERIES[text]()
+    if text.startswith("countvideo:k") and text[len("countvideo:k"):].isdigit():
+        # A balanced subset: K videos per cardinality, classes balanced.
+        return _countvideo(int(text[len("countvideo:k"):]))
     path = Path(text).expanduser()
     if path.is_dir():
         return Dataset(path)

@@ -1,0 +1,102 @@
+"""The video arm: the sampled frames as a sequence of images, then the question, in one call.
+
+*CountVideoBench* evaluates every model zero-shot on the 10 uniformly sampled frames with one
+question and no other instruction (Section 5.1). This policy builds that request for any
+``ChatModel``-like object (``complete(messages) -> Reply``) and returns the model's raw reply;
+the environment extracts the count. Messages are OpenAI-style with content parts
+``{"type": "image", "image": uint8 H x W x 3}`` and ``{"type": "text", "text": ...}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+
+from countgym.envs.actions import Reply
+
+
+class _Completes(Protocol):
+    def complete(self, messages: list[dict[str, Any]]) -> Reply: ...
+
+
+def video_messages(
+    frames: np.ndarray, question: str, *, frame_labels: bool = False, system: str | None = None
+) -> list[dict[str, Any]]:
+    """One user message: every frame as an image part (time order), then the question.
+
+    ``frame_labels`` puts "Frame k of T:" before each image (off in the paper's protocol).
+    """
+    parts: list[dict[str, Any]] = []
+    t = len(frames)
+    for k, frame in enumerate(frames):
+        if frame_labels:
+            parts.append({"type": "text", "text": f"Frame {k + 1} of {t}:"})
+        parts.append({"type": "image", "image": np.asarray(frame)})
+    parts.append({"type": "text", "text": question})
+    messages: list[dict[str, Any]] = []
+    if system:
+        messages.append({"role": "system", "content": [{"type": "text", "text": system}]})
+    messages.append({"role": "user", "content": parts})
+    return messages
+
+
+class VideoDirect:
+    """Single-call video arm (``direct`` for the video environment).
+
+    ``model``: a ``ChatModel``-like object, or a model id for ``agents.backends.make_backend``
+    (extra keyword arguments go to the backend). ``frame_labels`` and ``system`` are ablation
+    options, off by default as in the paper.
+    """
+
+    name = "video-direct"
+
+    def __init__(
+        self,
+        model: _Completes | str,
+        *,
+        frame_labels: bool = False,
+        system: str | None = None,
+        **backend_options: Any,
+    ) -> None:
+        if isinstance(model, str):
+            from countgym.agents.backends.base import make_backend
+
+            model = make_backend(model, **backend_options)
+        self.model = model
+        self.frame_labels = frame_labels
+        self.system = system
+        self._first: dict[str, Any] | None = None
+
+    def reset(self, first_observation: dict[str, Any], task: Any = None) -> None:
+        """Remember the first observation (frames + question); the task is not needed."""
+        self._first = first_observation
+
+    def act(self, observation: dict[str, Any]) -> Reply:
+        """Ask the model once; the reply goes to the environment unparsed."""
+        obs = observation if observation.get("text") else self._first
+        if obs is None:
+            raise RuntimeError("reset() first")
+        messages = video_messages(
+            obs["frames"], obs["text"], frame_labels=self.frame_labels, system=self.system
+        )
+        return self.model.complete(messages)
+
+    def options(self) -> dict[str, Any]:
+        """The arm's options as logged."""
+        return {"frame_labels": self.frame_labels, "system": self.system}
+
+
+# --- arm names used by the runner, sweeps and configs -------------------------------------------
+VIDEO_ARMS: dict[str, str] = {"video-direct": "P1", "video-p1": "P1", "video-p2": "P2", "video-p3": "P3"}
+"""Video arm -> prompt of CountVideoBench (P1 the main question; P2/P3 the robustness variants)."""
+
+
+def is_video_arm(name: str) -> bool:
+    """True for the CountVideoBench arms."""
+    return name in VIDEO_ARMS
+
+
+def video_env_options(name: str) -> dict[str, Any]:
+    """The ``CountVideoEnv`` options of a video arm."""
+    return {"prompt": VIDEO_ARMS[name]}

@@ -1,0 +1,370 @@
+"""The single-step video counting environment of *CountVideoBench* (Section 5, Appendix E)."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from gymnasium.error import CustomSpaceError
+from gymnasium.vector.utils import create_shared_memory
+from PIL import Image
+
+import countgym
+from countgym.envs.actions import Answer, Reply
+from countgym.envs.extract import extract_count
+from countgym.envs.spaces import MessageSpace
+from countgym.logs import ArmSpec, EpisodeRecord, StepRecord, Truth, utcnow
+from countgym.stimulus import Dataset, Stimulus
+
+PROMPTS: dict[str, str] = {
+    "P1": "How many {color} {shape}s are in this video?",
+    "P2": "Count the {color} {shape}s shown in this video.",
+    "P3": "What is the total number of {color} {shape}s in the video?",
+}
+"""The question formulations of Appendix E, verbatim; P1 is the paper's prompt."""
+VIDEO_TEMPLATE_HASH = hashlib.sha256(
+    "\n".join(f"{k}={v}" for k, v in sorted(PROMPTS.items())).encode()
+).hexdigest()[:16]
+MAX_FRAMES = 64
+MAX_SIDE = 4096
+Prompt = Literal["P1", "P2", "P3"]
+
+
+class VideoSpace(spaces.Space[np.ndarray]):
+    """uint8 clips T x H x W x 3 with 1 <= T <= ``max_frames`` and 1 <= H, W <= ``max_side``."""
+
+    def __init__(
+        self,
+        max_frames: int = MAX_FRAMES,
+        max_side: int = MAX_SIDE,
+        seed: int | np.random.Generator | None = None,
+    ):
+        self.max_frames, self.max_side = int(max_frames), int(max_side)
+        super().__init__(shape=None, dtype=np.uint8, seed=seed)
+
+    @property
+    def is_np_flattenable(self) -> bool:
+        return False
+
+    def sample(self, mask: Any = None, probability: Any = None) -> np.ndarray:
+        t = int(self.np_random.integers(1, min(self.max_frames, 4) + 1))
+        h, w = self.np_random.integers(1, min(self.max_side, 32) + 1, size=2)
+        return self.np_random.integers(0, 256, size=(t, int(h), int(w), 3), dtype=np.uint8)
+
+    def contains(self, x: Any) -> bool:
+        return (
+            isinstance(x, np.ndarray)
+            and x.dtype == np.uint8
+            and x.ndim == 4
+            and x.shape[3] == 3
+            and 1 <= x.shape[0] <= self.max_frames
+            and 1 <= x.shape[1] <= self.max_side
+            and 1 <= x.shape[2] <= self.max_side
+        )
+
+    def __repr__(self) -> str:
+        return f"VideoSpace(max_frames={self.max_frames}, max_side={self.max_side})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, VideoSpace) and (other.max_frames, other.max_side) == (
+            self.max_frames,
+            self.max_side,
+        )
+
+
+@create_shared_memory.register(VideoSpace)
+def _refuse_shared_memory(space: Any, n: int = 1, ctx: Any = None) -> Any:
+    raise CustomSpaceError(
+        "VideoSpace cannot live in shared memory; use AsyncVectorEnv(..., shared_memory=False)"
+    )
+
+
+class CountVideoEnv(gym.Env):
+    """Count the objects of one class in a video from uniformly sampled frames.
+
+    ## Description
+    The zero-shot protocol of *CountVideoBench*: a model sees the 10 uniformly sampled frames of
+    a clip and one question, replies in free text, and the count is extracted strictly from the
+    reply (``countgym.envs.extract``). One observation, one action, then the episode ends.
+
+    ## Action Space
+    ``MessageSpace``: the reply text, a ``Reply`` (text plus the call's usage, cost, latency, or
+    an ``error`` for a failed call) or a typed ``Answer(count=...)``.
+
+    ## Observation Space
+    ``Dict(frames=VideoSpace, text=MessageSpace)``
+
+    | key    | content                                                       |
+    |--------|---------------------------------------------------------------|
+    | frames | uint8 T x H x W x 3, the sampled frames in time order          |
+    | text   | the question: P1 "How many [color] [shape]s are in this video?" (default), P2, P3 |
+
+    ## Rewards
+    ``reward="exact"`` (default): 1 when the extracted count equals the truth, else 0;
+    ``"neg_abs_error"``: minus the absolute error (no answer: minus the true count); or a
+    callable ``(answer: int | None, stimulus) -> float``.
+
+    ## Starting State
+    ``reset(seed=..., options={"stimulus_id": ...})`` picks the named video, or one drawn with
+    the environment's RNG. Frames are resized so the long side is at most ``max_side`` when set.
+
+    ## Episode End
+    - Termination: the first action, whatever it is. ``end="answer"`` when a count was
+      extracted, ``end="invalid"`` when not (``parse_error`` says why), ``end="error"`` for a
+      ``Reply`` carrying an error (truncation).
+
+    ## Information
+    ``reset``: ``prompt`` (the question id), ``n_frames``. ``step``: ``answer``, ``extraction``
+    (why), and, once ended (always, after the one step), ``truth`` (``{"n": ...}``),
+    ``stimulus_id`` and ``end``. The ``EpisodeRecord`` comes from ``episode_record()`` (not in
+    ``info``: its timestamps would make same-seed steps differ).
+
+    ## Arguments
+    ``dataset`` (folder, battery name or ``Dataset``), ``stimulus_ids``, ``prompt`` ("P1", "P2",
+    "P3"), ``max_side`` (None keeps the stored size), ``reward``, ``arm``, ``model``.
+
+    ## Version History
+    - v0: initial release.
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 2}
+
+    def __init__(
+        self,
+        dataset: str | Dataset = "countvideo",
+        *,
+        stimulus_ids: Sequence[str] | None = None,
+        prompt: Prompt = "P1",
+        max_side: int | None = None,
+        reward: str | Any = "exact",
+        arm: str = "direct",
+        model: str = "unknown",
+        render_mode: str | None = None,
+    ) -> None:
+        self.dataset = _resolve(dataset)
+        self.dataset_name = dataset if isinstance(dataset, str) else self.dataset.name
+        self._pool = list(stimulus_ids) if stimulus_ids is not None else self.dataset.ids()
+        if not self._pool:
+            raise ValueError("stimulus_ids selects no stimuli")
+        for sid in self._pool:
+            if not self.dataset[sid].frames:
+                raise ValueError(f"stimulus {sid!r} has no frames: not a video dataset")
+        if prompt not in PROMPTS:
+            raise ValueError(f"prompt must be one of {sorted(PROMPTS)}, got {prompt!r}")
+        if max_side is not None and not 16 <= int(max_side) <= MAX_SIDE:
+            raise ValueError(f"max_side must be in 16..{MAX_SIDE} or None, got {max_side}")
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
+        self.prompt: Prompt = prompt
+        self.max_side = None if max_side is None else int(max_side)
+        self.reward_fn, self.reward_name = _resolve_reward(reward)
+        self.arm, self.model = arm, model
+        self.render_mode = render_mode
+        # Agents and the runner read these like the image environment's.
+        self.tools: tuple[str, ...] = ("answer",)
+        self.budget = 0
+
+        self.observation_space = spaces.Dict({"frames": VideoSpace(), "text": MessageSpace()})
+        self.action_space = MessageSpace()
+
+        self.stimulus: Stimulus | None = None
+        self._frames: np.ndarray | None = None
+        self._question = ""
+        self._steps: list[StepRecord] = []
+        self._answer: int | None = None
+        self._end: str | None = None
+        self._error: str | None = None
+        self._episode: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ gymnasium API
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        super().reset(seed=seed)
+        options = options or {}
+        sid = options.get("stimulus_id")
+        if sid is None:
+            sid = self._pool[int(self.np_random.integers(len(self._pool)))]
+        self.stimulus = self.dataset[sid]
+        self._frames = self._load_frames(self.stimulus)
+        self._question = self.question(self.stimulus)
+        self._steps, self._answer, self._end, self._error = [], None, None, None
+        self._episode = {
+            "seed": seed,
+            "repeat": int(options.get("repeat", 0)),
+            "episode_id": options.get("episode_id"),
+            "started_at": utcnow(),
+        }
+        obs = {"frames": self._frames.copy(), "text": self._question}
+        return obs, {"prompt": self.prompt, "n_frames": int(self._frames.shape[0])}
+
+    def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        if self.stimulus is None or self._end is not None:
+            raise RuntimeError("the episode has ended (or never started); call reset()")
+        rec = StepRecord(index=0)
+        terminated = truncated = False
+        if isinstance(action, Reply):
+            rec.reply, rec.usage, rec.cost, rec.latency_s = (
+                action.text,
+                action.usage,
+                action.cost,
+                action.latency_s,
+            )
+        if isinstance(action, Reply) and action.error is not None:
+            self._end, self._error = "error", action.error
+            truncated = True
+            reason = "model call failed"
+        else:
+            value, reason = self._read(action, rec)
+            self._answer = value
+            self._end = "answer" if value is not None else "invalid"
+            terminated = True
+            if value is not None:
+                rec.action = {"tool": "answer", "count": value}
+            else:
+                rec.parse_error = reason
+        self._steps.append(rec)
+        reward = float(self.reward_fn(self._answer, self.stimulus))
+        # The record (with its timestamps) stays out of ``info`` so same-seed steps give equal
+        # infos (Gymnasium's determinism check); ``episode_record()`` returns it.
+        info = {
+            "answer": self._answer,
+            "extraction": reason,
+            "truth": {"n": self.stimulus.n},
+            "stimulus_id": self.stimulus.id,
+            "end": self._end,
+        }
+        # A fresh array: callers may keep and modify what reset returned.
+        return {"frames": self._frames.copy(), "text": ""}, reward, terminated, truncated, info
+
+    def render(self) -> np.ndarray | None:
+        """The sampled frames side by side (``render_mode="rgb_array"``)."""
+        if self.render_mode != "rgb_array" or self._frames is None:
+            return None
+        return np.concatenate(list(self._frames), axis=1)
+
+    def close(self) -> None:
+        self._frames = None
+
+    # ------------------------------------------------------------------ records
+    def question(self, stimulus: Stimulus) -> str:
+        """The question for a video, from its metadata (shape and colour)."""
+        shape = stimulus.meta.get("shape")
+        color = stimulus.meta.get("color")
+        if shape and color:
+            return PROMPTS[self.prompt].format(color=color, shape=shape)
+        # Other video datasets: fall back to the plural object name.
+        return PROMPTS[self.prompt].replace("{color} {shape}s", stimulus.obj)
+
+    @property
+    def image_size(self) -> tuple[int, int]:
+        """(width, height) of the frames shown at reset."""
+        if self._frames is None:
+            raise RuntimeError("no episode; call reset()")
+        return int(self._frames.shape[2]), int(self._frames.shape[1])
+
+    def episode_record(self) -> EpisodeRecord:
+        """The episode as an ``EpisodeRecord`` (truth included once it has ended)."""
+        stim = self.stimulus
+        if stim is None or self._frames is None:
+            raise RuntimeError("no episode; call reset()")
+        ep = self._episode
+        repeat = ep["repeat"]
+        ended = self._end is not None
+        return EpisodeRecord(
+            episode_id=ep["episode_id"] or f"{self.arm}/{stim.id}/r{repeat}",
+            stimulus_id=stim.id,
+            stimulus_hash=self.dataset.content_hash(stim),
+            dataset=str(self.dataset_name),
+            arm=ArmSpec(name=self.arm, options=self.options()),
+            env_options=self.options(),
+            model=self.model,
+            seed=int(ep["seed"]) if ep["seed"] is not None else -1,
+            repeat=repeat,
+            image_size=self.image_size,
+            stimulus_size=self._stored_size(stim),
+            steps=list(self._steps),
+            answer=self._answer,
+            end=self._end or "error",  # type: ignore[arg-type]
+            error=self._error,
+            truth=Truth(n=stim.n) if ended else None,
+            countgym_version=countgym.__version__,
+            template_hash=VIDEO_TEMPLATE_HASH,
+            started_at=ep["started_at"],
+            finished_at=utcnow(),
+        )
+
+    def options(self) -> dict[str, Any]:
+        """The environment options as logged."""
+        return {
+            "task": "video",
+            "prompt": self.prompt,
+            "max_side": self.max_side,
+            "reward": self.reward_name,
+        }
+
+    # ------------------------------------------------------------------ helpers
+    def _read(self, action: Any, rec: StepRecord) -> tuple[int | None, str]:
+        if isinstance(action, Answer):
+            rec.reply = None
+            return action.count, "typed answer"
+        if isinstance(action, Reply):
+            if action.action is not None and isinstance(action.action, Answer):
+                return action.action.count, "typed answer"
+            text = action.text
+        elif isinstance(action, str):
+            rec.reply = action
+            text = action
+        else:
+            return None, f"unsupported action type {type(action).__name__}"
+        res = extract_count(text, question=self._question)
+        return res.value, res.reason
+
+    def _load_frames(self, stim: Stimulus) -> np.ndarray:
+        frames = []
+        for rel in stim.frames or []:
+            img = self.dataset.load_image(stim.model_copy(update={"image": rel}))
+            if self.max_side is not None:
+                img = _fit_long_side(img, self.max_side)
+            frames.append(np.asarray(img, dtype=np.uint8))
+        if len({f.shape for f in frames}) != 1:
+            raise ValueError(f"stimulus {stim.id!r}: frames differ in size")
+        return np.stack(frames)
+
+    def _stored_size(self, stim: Stimulus) -> tuple[int, int] | None:
+        size = stim.meta.get("render_size")
+        return (int(size[0]), int(size[1])) if size else None
+
+
+def _resolve(dataset: str | Dataset) -> Dataset:
+    if isinstance(dataset, Dataset):
+        return dataset
+    from countgym.scenes import resolve_dataset
+
+    return resolve_dataset(str(dataset))
+
+
+def _resolve_reward(reward: str | Any) -> tuple[Any, str]:
+    if callable(reward):
+        return reward, getattr(reward, "__name__", "custom")
+    if reward == "exact":
+        return (lambda a, s: float(a is not None and a == s.n)), "exact"
+    if reward == "neg_abs_error":
+        return (lambda a, s: -float(s.n if a is None else abs(a - s.n))), "neg_abs_error"
+    raise ValueError(
+        f"unknown reward {reward!r}; choose 'exact', 'neg_abs_error' or pass a callable"
+    )
+
+
+def _fit_long_side(img: Image.Image, max_side: int) -> Image.Image:
+    w, h = img.size
+    if max(w, h) <= max_side:
+        return img
+    k = max_side / max(w, h)
+    size = (max(1, math.floor(w * k + 0.5)), max(1, math.floor(h * k + 0.5)))
+    return img.resize(size, Image.Resampling.LANCZOS)

@@ -1,0 +1,277 @@
+"""Writing CountVideoBench dataset folders (contracts.md): sampled frames + ``manifest.jsonl``.
+
+Layout of a folder written by :func:`make_countvideo`::
+
+    manifest.jsonl                      one line per video (see contracts.md)
+    frames/<id>/f<frame>.jpg            the 10 sampled frames (frame = Blender frame number)
+    videos/<id>.mp4                     the 150-frame clip, only with ``video=True``
+
+Each manifest line has ``frames`` (relative paths, in time order), ``n``, ``obj`` ("red cubes"),
+``obj_sing`` ("red cube"), ``points`` null (objects move across frames), and ``meta`` with
+``battery``, ``camera`` (distance, azimuth_deg, polar_deg), ``shape``, ``color``,
+``objects_leaving_frame``, ``frame_indices``, the other visibility statistics, the seed, the
+object positions and the renderer.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import shutil
+import tempfile
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+from tqdm import tqdm
+
+from countgym.errors import UserError
+from countgym.stimulus import Stimulus, write_manifest
+
+from .geometry import (
+    CANDIDATE_CAP,
+    FPS,
+    RENDERED_FRAMES,
+    SAMPLED_FRAMES,
+    SceneGeometry,
+    generate_geometry,
+)
+from .specs import VideoSpec, anchor_of, balanced_subset, design, spread, video_seed
+
+GENERATOR_VERSION = 1
+"""Bump when any frame or manifest field changes (also renames the on-disk cache)."""
+BATTERY = "countvideo"
+RENDERERS = ("fast", "blender", "cycles", "eevee", "workbench")
+"""``blender`` = ``cycles``; ``eevee`` and ``workbench`` select the other Blender engines."""
+FRAME_FORMATS = ("jpg", "png")
+JPEG_QUALITY = 92
+PNG_COMPRESS_LEVEL = 1  # 1920 x 1080 frames: level 6 costs twice the time for 20 % less space
+SIZES = {"full": (1920, 1080), "half": (960, 540), "quarter": (480, 270)}
+"""Named output sizes; the full benchmark is 1920 x 1080."""
+_POOL_MIN_VIDEOS = 4
+
+
+def select_specs(per_level: int | None = None, limit: int | None = None) -> list[VideoSpec]:
+    """The videos to build: all 2,600, or ``per_level`` per cardinality (classes balanced),
+    then at most ``limit`` spread evenly over them.
+
+    A ``limit`` alone draws from the smallest balanced subset that holds it, so a small limit
+    still spans the cardinalities and the classes.
+    """
+    if per_level is not None:
+        specs = balanced_subset(per_level)
+    elif limit is not None:
+        if limit < 1:
+            raise UserError(f"--limit must be a positive integer, got {limit}")
+        specs = balanced_subset(min(100, -(-limit // 26)))
+    else:
+        specs = design()
+    return spread(specs, limit) if limit is not None else specs
+
+
+def make_countvideo(
+    out: str | Path,
+    *,
+    per_level: int | None = None,
+    limit: int | None = None,
+    renderer: str = "fast",
+    seed: int = 0,
+    size: tuple[int, int] | str = (1920, 1080),
+    progress: bool = True,
+    workers: int = 2,
+    frame_format: str = "jpg",
+    video: bool = False,
+    candidate_cap: int = CANDIDATE_CAP,
+) -> Path:
+    """Write CountVideoBench videos (sampled frames + manifest) into ``out``; returns ``out``.
+
+    ``seed`` offsets every video's seed (0 = the benchmark). ``size`` is (width, height) or a
+    name in :data:`SIZES`. ``video=True`` renders the whole 150-frame clip and also writes an
+    MP4 (needs PyAV for the fast renderer). ``renderer`` is ``fast`` (default, numpy) or a
+    Blender engine (``blender``/``cycles``, ``eevee``, ``workbench``; needs the ``blender``
+    extra).
+    """
+    if renderer not in RENDERERS:
+        raise UserError(f"unknown renderer {renderer!r}; choose from {', '.join(RENDERERS)}")
+    if frame_format not in FRAME_FORMATS:
+        raise UserError(
+            f"unknown frame format {frame_format!r}; choose from {', '.join(FRAME_FORMATS)}"
+        )
+    wh = _size(size)
+    if renderer != "fast":
+        from .blender import require_bpy
+
+        require_bpy()  # fail before any work, with the extra's name
+    specs = select_specs(per_level, limit)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    tasks = [(s, seed, str(out), renderer, wh, frame_format, video, candidate_cap) for s in specs]
+    bar = {"total": len(tasks), "desc": f"scenes {BATTERY}", "unit": "video"}
+    disable = None if progress else True  # None: tqdm hides the bar when not a terminal
+    if workers <= 1 or len(tasks) < _POOL_MIN_VIDEOS:
+        stimuli = list(tqdm(map(_make_one, tasks), disable=disable, **bar))
+    else:
+        # Blender is not fork-safe; numpy-only workers are, and forking starts faster.
+        method = "spawn" if renderer != "fast" else None
+        ctx = multiprocessing.get_context(method)
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            stimuli = list(tqdm(pool.map(_make_one, tasks, chunksize=1), disable=disable, **bar))
+    write_manifest(out, stimuli)
+    return out
+
+
+def _size(size: tuple[int, int] | str) -> tuple[int, int]:
+    if isinstance(size, str):
+        if size in SIZES:
+            return SIZES[size]
+        w, sep, h = size.lower().partition("x")
+        if not sep:
+            raise UserError(f"size must be WIDTHxHEIGHT or one of {', '.join(SIZES)}, got {size!r}")
+        size = (int(w), int(h))
+    w, h = int(size[0]), int(size[1])
+    if not (16 <= w <= 7680 and 16 <= h <= 4320):
+        raise UserError(f"size must be between 16 x 16 and 7680 x 4320, got {w} x {h}")
+    return w, h
+
+
+def video_geometry(
+    spec: VideoSpec, seed_offset: int = 0, *, candidate_cap: int = CANDIDATE_CAP
+) -> SceneGeometry:
+    """The geometry of one design video."""
+    return generate_geometry(
+        spec.n, spec.shape, spec.color, video_seed(spec, seed_offset), candidate_cap=candidate_cap
+    )
+
+
+def stimulus_for(spec: VideoSpec, geom: SceneGeometry, frames: list[str], **meta: Any) -> Stimulus:
+    """The manifest entry of one video."""
+    vis = geom.visibility(SAMPLED_FRAMES)
+    return Stimulus(
+        id=spec.stimulus_id,
+        n=spec.n,
+        obj=spec.obj,
+        obj_sing=spec.obj_sing,
+        frames=frames,
+        points=None,
+        meta={
+            "battery": BATTERY,
+            "set": "main",
+            "anchor": anchor_of(spec.n),
+            "replicate": spec.replicate,
+            "generator_version": GENERATOR_VERSION,
+            "frame_indices": list(SAMPLED_FRAMES),
+            "fps": FPS,
+            "rendered_frames": [RENDERED_FRAMES[0], RENDERED_FRAMES[-1]],
+            **geom.as_meta(),
+            **vis,
+            **meta,
+        },
+    )
+
+
+def _make_one(task: tuple[Any, ...]) -> Stimulus:
+    spec, seed_offset, root, renderer, size, fmt, video, cap = task
+    root = Path(root)
+    geom = video_geometry(spec, seed_offset, candidate_cap=cap)
+    folder = root / "frames" / spec.stimulus_id
+    folder.mkdir(parents=True, exist_ok=True)
+    rels = [f"frames/{spec.stimulus_id}/f{f:03d}.{fmt}" for f in SAMPLED_FRAMES]
+    meta: dict[str, Any] = {
+        "renderer": renderer,
+        "render_size": list(size),
+        "seed_offset": seed_offset,
+    }
+    if renderer == "fast":
+        from .fast_render import RENDERER_VERSION, render_frames
+
+        frames = RENDERED_FRAMES if video else SAMPLED_FRAMES
+        images = render_frames(geom, frames, size)
+        by_frame = dict(zip(frames, images, strict=True))
+        for f, rel in zip(SAMPLED_FRAMES, rels, strict=True):
+            _save(by_frame[f], root / rel, fmt)
+        if video:
+            from .videoio import write_mp4
+
+            write_mp4(images, root / "videos" / f"{spec.stimulus_id}.mp4", fps=FPS)
+        meta["renderer_version"] = RENDERER_VERSION
+    else:
+        from .blender import render_blender
+
+        engine = {
+            "blender": "CYCLES",
+            "cycles": "CYCLES",
+            "eevee": "BLENDER_EEVEE",
+            "workbench": "BLENDER_WORKBENCH",
+        }[renderer]
+        render_blender(
+            geom,
+            SAMPLED_FRAMES,
+            size,
+            root / rels[0].rsplit("/", 1)[0],
+            engine=engine,
+            fmt=fmt,
+            video_path=root / "videos" / f"{spec.stimulus_id}.mp4" if video else None,
+            cache_dir=root / ".blender-cache",
+        )
+        meta["engine"] = engine
+    if video:
+        meta["video"] = f"videos/{spec.stimulus_id}.mp4"
+    return stimulus_for(spec, geom, rels, **meta)
+
+
+def _save(img: np.ndarray, path: Path, fmt: str) -> None:
+    im = Image.fromarray(img)
+    if fmt == "png":
+        im.save(path, format="PNG", compress_level=PNG_COMPRESS_LEVEL)
+    else:
+        im.save(path, format="JPEG", quality=JPEG_QUALITY, subsampling=0)
+
+
+# --------------------------------------------------------------------------- cache
+
+
+def cached_countvideo(
+    *,
+    per_level: int | None = None,
+    size: tuple[int, int] | str = (1920, 1080),
+    progress: bool = True,
+    cache_root: Path | None = None,
+) -> Path:
+    """The folder of a generated CountVideoBench set in the cache, built once.
+
+    The name records the generator version, the subset and the size, e.g.
+    ``countvideo-v1-all-1920x1080`` or ``countvideo-v1-k4-480x270``. Building happens beside
+    the target and ends with a rename, so readers see no folder or a complete one.
+    """
+    if cache_root is None:
+        from countgym.scenes import cache_root as _root
+
+        cache_root = _root()
+    w, h = _size(size)
+    tag = "all" if per_level is None else f"k{per_level}"
+    final = cache_root / f"{BATTERY}-v{GENERATOR_VERSION}-{tag}-{w}x{h}"
+    if (final / "manifest.jsonl").is_file():
+        return final
+    cache_root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=cache_root))
+    try:
+        make_countvideo(
+            tmp,
+            per_level=per_level,
+            size=(w, h),
+            progress=progress,
+            workers=min(2, os.cpu_count() or 1),
+        )
+        try:
+            tmp.rename(final)
+        except OSError:
+            if not (final / "manifest.jsonl").is_file():
+                raise UserError(
+                    f"cache folder {final} exists but holds no manifest.jsonl; delete it"
+                ) from None
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final

@@ -1,0 +1,256 @@
+"""CountVideoBench design and geometry (scenes.md section 3; the paper's Section 4 and Appendix B)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections import Counter
+from itertools import combinations
+
+import numpy as np
+import pytest
+
+from countgym.errors import UserError
+from countgym.scenes.video import geometry as geo
+from countgym.scenes.video import specs as dsg
+from countgym.scenes.video.dataset import select_specs
+from countgym.scenes.video.fcurve import auto_clamped
+
+CARDS = (
+    3,
+    4,
+    5,
+    6,
+    7,
+    8,
+    9,
+    10,
+    11,
+    12,
+    18,
+    19,
+    20,
+    21,
+    22,
+    28,
+    29,
+    30,
+    31,
+    32,
+    38,
+    39,
+    40,
+    41,
+    42,
+    48,
+    49,
+    50,
+    51,
+    52,
+)
+EXPECTED_CARDS = tuple(c for c in CARDS if 5 <= c <= 50)
+# SHA-256 of one video's geometry rounded to 1e-9 (robust to last-bit libm differences).
+GOLDEN_GEOMETRY = "3074bebe363468230399cfcaaa3ede6cc235bcd4ce3ab6651f9ce732146a93e8"
+
+
+def test_cardinalities_from_the_anchor_structure() -> None:
+    assert dsg.CARDINALITIES == EXPECTED_CARDS
+    assert len(dsg.CARDINALITIES) == 26
+    assert [dsg.anchor_of(n) for n in (5, 7, 8, 12, 18, 42, 48, 50)] == [
+        5,
+        5,
+        10,
+        10,
+        20,
+        40,
+        50,
+        50,
+    ]
+
+
+def test_full_design_is_balanced() -> None:
+    specs = dsg.design()
+    assert len(specs) == 2600
+    assert len({s.stimulus_id for s in specs}) == 2600
+    assert set(Counter(s.n for s in specs).values()) == {100}
+    assert set(Counter((s.n, s.shape, s.color) for s in specs).values()) == {10}
+    assert len(dsg.CLASSES) == 10
+    s = specs[0]
+    assert (s.stimulus_id, s.obj, s.obj_sing) == ("cvb-n05-red-cube-r0", "red cubes", "red cube")
+
+
+def test_seeds_are_stable_hashes() -> None:
+    spec = dsg.VideoSpec(20, "sphere", "green", 3)
+    assert dsg.video_seed(spec) == dsg.video_seed(dsg.VideoSpec(20, "sphere", "green", 3))
+    key = "countgym.countvideo|20|sphere|green|3|0"
+    assert (
+        dsg.video_seed(spec)
+        == int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little") >> 1
+    )
+    assert dsg.video_seed(spec, 1) != dsg.video_seed(spec)
+    assert len({dsg.video_seed(s) for s in dsg.design()}) == 2600
+
+
+@pytest.mark.parametrize("k", [1, 4, 10, 13])
+def test_balanced_subsets(k: int) -> None:
+    specs = dsg.balanced_subset(k)
+    assert len(specs) == 26 * k
+    assert set(Counter(s.n for s in specs).values()) == {k}
+    per_class = Counter((s.shape, s.color) for s in specs)
+    assert max(per_class.values()) - min(per_class.values()) <= 1
+    assert len({s.stimulus_id for s in specs}) == len(specs)
+    assert set(specs) <= set(dsg.design())
+
+
+def test_limit_spans_cardinalities_and_classes() -> None:
+    specs = select_specs(limit=26)
+    assert sorted(s.n for s in specs) == list(dsg.CARDINALITIES)
+    assert len({(s.shape, s.color) for s in specs}) == 10
+    assert len(select_specs(per_level=4, limit=10)) == 10
+    with pytest.raises(UserError):
+        select_specs(limit=0)
+    with pytest.raises(UserError):
+        dsg.balanced_subset(0)
+
+
+def test_sampled_frames() -> None:
+    assert geo.RENDERED_FRAMES[0] == 21 and geo.RENDERED_FRAMES[-1] == 170
+    assert len(geo.RENDERED_FRAMES) == 150
+    assert geo.SAMPLED_FRAMES == (21, 37, 54, 70, 87, 103, 120, 136, 153, 170)
+
+
+def test_camera_model_matches_the_paper_fov() -> None:
+    sw, sh = geo.sensor_size()
+    assert math.degrees(2 * math.atan(sw / 2 / geo.FOCAL_MM)) == pytest.approx(39.60, abs=0.01)
+    assert math.degrees(2 * math.atan(sh / 2 / geo.FOCAL_MM)) == pytest.approx(22.90, abs=0.01)
+
+
+@pytest.mark.parametrize(("polar", "paper"), [(45, 440), (58, 680), (63, 900)])
+def test_admissible_area_near_the_papers_figures(polar: float, paper: float) -> None:
+    # Appendix B: "close to 900 units^2 at 63 deg, 680 at 58 deg and 440 at 45 deg" (mean distance).
+    area = geo.region_area(geo.admissible_region(geo.CameraPose(34.5, 10.0, polar)))
+    assert area == pytest.approx(paper, rel=0.05)
+
+
+def test_region_is_the_scaled_frustum_footprint() -> None:
+    pose = geo.CameraPose(34.0, 77.0, 60.0)
+    full = geo.frustum_ground_polygon(pose)
+    region = geo.admissible_region(pose)
+    assert geo.region_area(region) == pytest.approx(0.81 * geo.region_area(full))
+    np.testing.assert_allclose(geo.polygon_centroid(region), geo.polygon_centroid(full))
+    # The frustum corners project to the image corners.
+    g = _geom(pose=pose, offsets=0.0)
+    uvd = g.project(np.column_stack([full, np.zeros(4)]), frame=1)
+    np.testing.assert_allclose(np.sort(uvd[:, 0]), [0, 0, 1, 1], atol=1e-9)
+    np.testing.assert_allclose(np.sort(uvd[:, 1]), [0, 0, 1, 1], atol=1e-9)
+
+
+def test_rejection_sampling_separation_and_region() -> None:
+    poly = geo.admissible_region(geo.CameraPose(35.0, 0.0, 64.0))
+    pts = geo.sample_positions(poly, np.random.default_rng(0), cap=100_000)
+    assert pts is not None and pts.shape == (60, 2)
+    assert geo.inside_convex(pts, poly).all()
+    d = min(math.dist(a, b) for a, b in combinations(pts.tolist(), 2))
+    assert d >= geo.MIN_SEPARATION
+    # A region too small for 60 positions fails (exactly, by the packing bound).
+    small = geo.admissible_region(geo.CameraPose(32.0, 0.0, 10.0))
+    assert geo.sample_positions(small, np.random.default_rng(0)) is None
+
+
+@pytest.mark.parametrize("spec", dsg.balanced_subset(1)[::5])
+def test_generated_scenes(spec: dsg.VideoSpec) -> None:
+    g = geo.generate_geometry(spec.n, spec.shape, spec.color, dsg.video_seed(spec))
+    assert g.positions.shape == (spec.n, 2)
+    j = geo.JITTER[spec.shape]
+    # Separation 3 holds before jitter, so centres stay >= 3 - 2 sqrt(2) j apart after it.
+    if spec.n > 1:
+        d = min(math.dist(a, b) for a, b in combinations(g.positions.tolist(), 2))
+        assert d >= geo.MIN_SEPARATION - 2 * math.sqrt(2) * j - 1e-9
+    # Every centre lies within the jitter of the admissible region.
+    c = geo.polygon_centroid(g.region)
+    grown = c + (g.region - c) * 1.05
+    assert geo.inside_convex(g.positions, grown).all()
+    assert 0 <= g.yaw.min() and g.yaw.max() < 2 * math.pi
+    assert np.all((g.elevation_offsets_deg >= -1) & (g.elevation_offsets_deg <= 5))
+    assert np.all(np.abs(g.azimuth_offsets_deg) <= 5)
+    assert 32 <= g.pose.distance <= 37 and 0 <= g.pose.polar_deg <= 65
+    vis = g.visibility()
+    inf = g.in_frame()
+    assert vis["objects_leaving_frame"] == int((~inf.all(axis=0)).sum())
+    assert len(vis["in_frame_sampled"]) == 10
+
+
+def test_geometry_is_deterministic_golden() -> None:
+    spec = dsg.VideoSpec(12, "cube", "purple", 7)
+    a = geo.generate_geometry(spec.n, spec.shape, spec.color, dsg.video_seed(spec))
+    b = geo.generate_geometry(spec.n, spec.shape, spec.color, dsg.video_seed(spec))
+    assert _digest(a) == _digest(b)
+    assert _digest(a) == GOLDEN_GEOMETRY
+
+
+def test_polar_angle_distribution_on_a_sample() -> None:
+    # Paper (Appendix B): effective polar angle in [58.2, 65.0], mean 63.1, std 1.4.
+    specs = select_specs(limit=60)
+    polar = np.array(
+        [
+            geo.generate_geometry(s.n, s.shape, s.color, dsg.video_seed(s)).pose.polar_deg
+            for s in specs
+        ]
+    )
+    assert polar.min() > 56.0
+    assert 62.4 < polar.mean() < 63.8
+    assert 0.8 < polar.std(ddof=1) < 2.0
+
+
+def test_auto_clamped_bezier() -> None:
+    keys = [1, 50, 100, 150, 200]
+    ys = [0.0, 2.0, 1.0, 1.5, 3.0]
+    c = auto_clamped(keys, ys)
+    np.testing.assert_allclose(c(np.array(keys, dtype=float)), ys, atol=1e-12)
+    t = np.linspace(1, 200, 2000)
+    v = c(t)
+    # Auto-clamped handles never overshoot: every segment stays within its two keys.
+    for (x0, y0), (x1, y1) in zip(
+        zip(keys, ys, strict=True), zip(keys[1:], ys[1:], strict=True), strict=False
+    ):
+        seg = v[(t >= x0) & (t <= x1)]
+        assert seg.min() >= min(y0, y1) - 1e-9 and seg.max() <= max(y0, y1) + 1e-9
+    # Extrema and end keys are flat: the curve's slope vanishes there.
+    for k in (1, 50, 100, 200):
+        assert abs(c(np.array([k + 1e-4]))[0] - c(np.array([float(k)]))[0]) < 1e-6
+    # Blender's auto handle length along x: interval * t_x / (2.5614 t_x) = 0.39 of the interval.
+    assert c.right[1, 0] - 50 == pytest.approx(50 * 2 / (2 * 2.5614))
+
+
+def _geom(
+    pose: geo.CameraPose, offsets: float = 0.0, positions: np.ndarray | None = None
+) -> geo.SceneGeometry:
+    pos = np.zeros((1, 2)) if positions is None else positions
+    n = len(pos)
+    return geo.SceneGeometry(
+        n=n,
+        shape="cube",
+        color="red",
+        seed=0,
+        pose=pose,
+        positions=pos,
+        yaw=np.zeros(n),
+        noise_w=np.zeros(n),
+        noise_rotation=np.zeros((n, 3)),
+        elevation_offsets_deg=np.full(5, offsets),
+        azimuth_offsets_deg=np.full(5, offsets),
+    )
+
+
+def _digest(g: geo.SceneGeometry) -> str:
+    payload = {
+        "pose": [round(v, 9) for v in g.pose.as_dict().values()],
+        "positions": np.round(g.positions, 9).tolist(),
+        "yaw": np.round(g.yaw, 9).tolist(),
+        "noise": np.round(g.noise_w, 9).tolist(),
+        "elev": np.round(g.elevation_offsets_deg, 9).tolist(),
+        "azim": np.round(g.azimuth_offsets_deg, 9).tolist(),
+        "attempts": g.pose_attempts,
+    }
+    return hashlib.sha256(json.dumps(payload).encode()).hexdigest()
