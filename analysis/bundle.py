@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -121,8 +122,11 @@ def write_audit_files(
     report: bool = True,
     viewer: ViewerOptions | None = None,
     principle_options: PrincipleOptions | None = None,
+    judge: Any = None,
 ) -> AuditFiles:
-    """Audit ``records`` and write every table, figure and the HTML report into ``out_dir``."""
+    """Audit ``records`` and write every table, figure and the HTML report into ``out_dir``.
+
+    ``judge`` (a ``ChatModel``) resolves ambiguous CounterCount replies (Appendix B.2)."""
     if not records:
         raise UserError("no episode records to audit")
     vopts = viewer or ViewerOptions()
@@ -155,7 +159,7 @@ def write_audit_files(
     }
     from countgym.analysis.task_sections import task_of_record, write_task_sections
 
-    task_paths, sections = write_task_sections(records, out, seed=seed)
+    task_paths, sections = write_task_sections(records, out, seed=seed, judge=judge)
     fig_paths.update({p.stem: p for p in task_paths if p.suffix == ".png"})
     image_records = [r for r in records if task_of_record(r) == "image"]
     image_ids = {r.episode_id for r in image_records}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -153,8 +154,11 @@ def write_audit_files(
     report: bool = True,
     viewer: ViewerOptions | None = None,
     principle_options: PrincipleOptions | None = None,
+    judge: Any = None,
 ) -> AuditFiles:
-    """Like ``write_audit``, returning every written path (tables, figures, report)."""
+    """Like ``write_audit``, returning every written path (tables, figures, report).
+
+    ``judge`` (a ``ChatModel``) resolves ambiguous CounterCount replies (Appendix B.2)."""
     errors: list[LogLineError] = []
     paths, _ = _split_sources(paths_or_records)
     records = read_episode_records(paths_or_records, errors=errors)
@@ -176,4 +180,5 @@ def write_audit_files(
         report=report,
         viewer=viewer or bundle.default_viewer_options(),
         principle_options=principle_options,
+        judge=judge,
     )

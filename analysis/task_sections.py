@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -36,8 +37,13 @@ def _section(anchor: str, title: str, note: str, tables: dict[str, pd.DataFrame]
     return "\n".join(parts)
 
 
-def write_task_sections(records: Sequence[EpisodeRecord], out: Path, *, seed: int = 0) -> tuple[list[Path], list[str]]:
-    """Write the per-task outputs of non-image episodes; return (paths, HTML sections)."""
+def write_task_sections(
+    records: Sequence[EpisodeRecord], out: Path, *, seed: int = 0, judge: Any = None
+) -> tuple[list[Path], list[str]]:
+    """Write the per-task outputs of non-image episodes; return (paths, HTML sections).
+
+    ``judge`` (a ``ChatModel``) resolves CounterCount replies with several incompatible numbers
+    (Appendix B.2), cached under ``out/countercount/judge-cache``."""
     paths: list[Path] = []
     sections: list[str] = []
     cf_records = [r for r in records if task_of_record(r) == "countercount"]
@@ -45,6 +51,8 @@ def write_task_sections(records: Sequence[EpisodeRecord], out: Path, *, seed: in
         from countgym.analysis import cf
 
         frame = cf.cf_frame(cf_records)
+        if judge is not None:
+            frame = cf.judge_ambiguous(frame, judge, cache_dir=out / "countercount" / "judge-cache")
         written = cf.write_cf_report(frame, out / "countercount", seed=seed)
         paths.extend(written)
         sections.append(

@@ -111,6 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--viewer-episodes", type=_non_negative_int, default=40,
                    help="episodes in the report's trajectory viewer (0: no viewer; default 40)")
     a.add_argument("--resamples", type=_positive_int, default=2000, help="bootstrap resamples (default 2000)")
+    a.add_argument("--judge", default=None, metavar="MODEL",
+                   help="CounterCount: resolve replies with several numbers with this model (cached)")
+    a.add_argument("--judge-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="backend option for the judge (repeatable), e.g. api_base=...")
 
     rp = sub.add_parser("replay", help="re-render one observation of a logged episode")
     rp.add_argument("runfile")
@@ -232,9 +236,15 @@ def cmd_audit(args: argparse.Namespace) -> int:
     logs = find_logs(args.runs)
     if not logs:
         raise UserError(f"no episode logs (*.jsonl) found in {' '.join(args.runs)}")
+    judge = None
+    if args.judge:
+        from countgym.agents.backends import make_backend
+
+        judge = make_backend(args.judge, **_parse_kv(args.judge_option))
     files = write_audit_files(
         logs,
         Path(args.out),
+        judge=judge,
         n_resamples=args.resamples,
         report=True,
         viewer=ViewerOptions(max_episodes=args.viewer_episodes),

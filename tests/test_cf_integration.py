@@ -28,3 +28,40 @@ def test_countercount_end_to_end(tmp_path: Path, monkeypatch) -> None:
     html = files.report.read_text()
     assert 'id="countercount"' in html and "bias" in html
     assert (tmp_path / "audit" / "countercount" / "cf_scores.csv").is_file()
+
+
+def test_audit_judge_resolves_ambiguous_replies(tmp_path: Path, monkeypatch) -> None:
+    """Replies with several incompatible numbers go to the judge, whose answers are cached."""
+    from countgym.envs.actions import Reply
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-cf")
+    data = tmp_path / "cc"
+    assert main(["scenes", "make", "countercount", "--out", str(data), "--limit", "2", "--no-progress"]) == 0
+
+    class Hedger:
+        def reset(self, obs, task):
+            pass
+
+        def act(self, obs):
+            return Reply(text="It could be 3 or maybe 5.")
+
+    spec = CellSpec(dataset=str(data), agent="cf-oe", model="openai/blob")
+    res = run_cell(spec, tmp_path / "runs", policy_factory=Hedger, progress=False)
+    assert all(r.answer is None for r in read_records([res.log]))
+
+    class Judge:
+        model = "judge"
+        calls = 0
+
+        def complete(self, messages):
+            Judge.calls += 1
+            return Reply(text="5")
+
+    files = write_audit_files([tmp_path / "runs"], tmp_path / "audit", judge=Judge())
+    import pandas as pd
+
+    eps = pd.read_csv(tmp_path / "audit" / "countercount" / "cf_episodes.csv")
+    assert (eps["answer"] == 5).all() and Judge.calls == len(eps)
+    write_audit_files([tmp_path / "runs"], tmp_path / "audit", judge=Judge())
+    assert Judge.calls == len(eps)  # the second audit read the cache
+    assert files.report is not None
