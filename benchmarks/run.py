@@ -21,6 +21,8 @@ BENCHES: dict[str, tuple[str, str]] = {
     "write_audit": ("bench_audit", "bench_write_audit"),
     "harness": ("bench_harness", "bench_harness"),
     "video": ("bench_video", "bench_video"),
+    "ray": ("bench_scale", "bench_ray_vs_local"),
+    "memory": ("bench_scale", "bench_memory"),
 }
 
 

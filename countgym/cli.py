@@ -97,7 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sw = sub.add_parser("sweep", help="run a grid of cells from a TOML/YAML config (resumable)")
     sw.add_argument("config")
-    sw.add_argument("--executor", choices=["local"], default="local")
+    sw.add_argument("--executor", choices=["local", "ray"], default="local",
+                    help="ray: shard episodes into Ray tasks (local instance, or the cluster at RAY_ADDRESS)")
     sw.add_argument("--force", action="store_true", help="discard the logs of the sweep's cells and rerun")
     sw.add_argument("--dry-run", action="store_true", help="list the cells and exit")
     sw.add_argument("--no-progress", action="store_true")
@@ -286,7 +287,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         for cell in expand(cfg):
             print(f"{cell.log_name()}  {cell.agent} {cell.model} on {cell.dataset} {cell.env_options}")
         return 0
-    results = run_sweep(cfg, progress=not args.no_progress, force=args.force)
+    if args.executor == "ray":
+        from countgym.executors.ray_executor import run_sweep_ray
+
+        results = run_sweep_ray(cfg, progress=not args.no_progress, force=args.force)
+    else:
+        results = run_sweep(cfg, progress=not args.no_progress, force=args.force)
     ran = sum(r.ran for r in results)
     errors = sum(r.errors for r in results)
     cost = sum(r.cost for r in results)

@@ -173,14 +173,11 @@ def _error_record(spec: CellSpec, dataset: Dataset, sid: str, repeat: int, seed:
 
 
 def done_episodes(log: Path) -> tuple[set[tuple[str, int]], float]:
-    """(stimulus_id, repeat) pairs already in a log, and the cost they recorded."""
-    done: set[tuple[str, int]] = set()
-    cost = 0.0
-    if log.exists():
-        for rec in iter_records([log]):
-            done.add((rec.stimulus_id, rec.repeat))
-            cost += sum(s.cost or 0.0 for s in rec.steps)
-    return done, cost
+    """(stimulus_id, repeat) pairs already in a cell's logs (the main log and any Ray shard
+    logs), and the cost they recorded, each episode counted once."""
+    from countgym.executors import done_in_files, log_files_of
+
+    return done_in_files(log_files_of(log))
 
 
 def run_cell(
@@ -207,8 +204,10 @@ def run_cell(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     log = out / spec.log_name()
-    if force and log.exists():
-        log.unlink()
+    if force:
+        from countgym.executors import clear_log
+
+        clear_log(log)
     provider = getattr(factory, "provider", None)
     header = {**asdict(spec), "agent_options": redact(spec.agent_options), "provider": provider}
     (out / (log.stem + ".cell.json")).write_text(

@@ -473,6 +473,8 @@ class CounterCountEnv(gym.Env):
             "answer": st.answer,
             "end": st.end,
         }
+        # None values are left out: vector envs type each batched key by its first value.
+        info = {k: v for k, v in info.items() if v is not None}
         assert self._obs is not None
         # The final observation repeats the question's; a copy, so callers never share arrays.
         obs = {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in self._obs.items()}

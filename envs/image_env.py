@@ -75,10 +75,12 @@ class CountImageEnv(gym.Env):
       (no count, ``end="invalid"``); a failed model call (``Reply.error``, ``end="error"``).
 
     ## Information
-    Every step: ``action`` (parsed, JSON form, or None), ``parse_error``, ``tags_added`` (pixels),
-    ``tags_dropped``, ``calls_left``, ``view`` ("image" or "crop"). Ground truth appears only once
-    the episode has ended: ``truth`` (``{"n": ...}``), ``stimulus_id``, ``answer``, ``end`` and
-    ``episode`` (the full ``EpisodeRecord`` as a dict).
+    Every step: ``tags_added`` (pixels), ``tags_dropped``, ``calls_left``, ``view`` ("image" or
+    "crop"), and ``action`` (the parsed action, JSON form) or ``parse_error`` (why the reply was
+    invalid). Ground truth appears only once the episode has ended: ``truth`` (``{"n": ...}``),
+    ``stimulus_id``, ``end``, ``answer`` (absent when none was announced) and ``episode`` (the
+    full ``EpisodeRecord``). Keys are left out rather than set to None, so vector envs can batch
+    the info of sub-envs in different states.
 
     ## Arguments
     ``dataset`` (battery name, folder, or ``Dataset``), ``stimulus_ids`` (restrict the pool),
@@ -274,23 +276,28 @@ class CountImageEnv(gym.Env):
             st.ended = True
             reward += float(self.reward_fn(st, self._reward_stimulus()))
         obs = self._observation(message, crop_box=crop_box)
+        # Keys whose value would be None are left out: Gymnasium's vector envs type each batched
+        # info key by its first value, so an int in one sub-env next to None in another crashes.
         info: dict[str, Any] = {
-            "action": rec.action,
-            "parse_error": rec.parse_error,
             "tags_added": list(rec.tags_added),
             "tags_dropped": rec.tags_dropped,
             "calls_left": st.calls_left,
             "view": view,
         }
+        if rec.action is not None:
+            info["action"] = rec.action
+        if rec.parse_error is not None:
+            info["parse_error"] = rec.parse_error
         if ended:
-            record = self.episode_record()
             info.update(
                 truth={"n": self.stimulus.n},  # type: ignore[union-attr]
                 stimulus_id=self.stimulus.id,  # type: ignore[union-attr]
-                answer=st.answer,
                 end=st.end,
-                episode=record.model_dump(mode="json"),
+                # The record as an object (not a dict), so vector envs keep it whole.
+                episode=self.episode_record(),
             )
+            if st.answer is not None:
+                info["answer"] = st.answer
         return obs, reward, terminated, truncated, info
 
     def render(self) -> np.ndarray | None:

@@ -70,7 +70,7 @@ class MessageSpace(spaces.Text):
 def _refuse_shared_memory(space: Any, n: int = 1, ctx: Any = None) -> Any:
     raise CustomSpaceError(
         f"{type(space).__name__} cannot live in shared memory; use "
-        "AsyncVectorEnv(..., shared_memory=False) or countgym.envs.make_vec"
+        "AsyncVectorEnv(..., shared_memory=False) or countgym.rollout.make_vector_env"
     )
 
 

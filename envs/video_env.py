@@ -239,6 +239,8 @@ class CountVideoEnv(gym.Env):
             "stimulus_id": self.stimulus.id,
             "end": self._end,
         }
+        # None values are left out: vector envs type each batched key by its first value.
+        info = {k: v for k, v in info.items() if v is not None}
         # A fresh array: callers may keep and modify what reset returned.
         return {"frames": self._frames.copy(), "text": ""}, reward, terminated, truncated, info
 

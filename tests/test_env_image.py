@@ -68,7 +68,7 @@ def test_no_truth_before_end(env) -> None:
         assert not {"truth", "stimulus_id", "episode", "answer"} & set(info)
     obs, _, term, trunc, info = env.step('{"tool":"answer","count":10}')
     assert term and info["truth"] == {"n": 10} and info["stimulus_id"] == "row"
-    assert info["episode"]["truth"] == {"n": 10}
+    assert info["episode"].truth.n == 10
 
 
 def test_budget_exhaustion_then_answer(env) -> None:
@@ -99,7 +99,7 @@ def test_three_invalid_replies_in_a_row_end_the_episode(env) -> None:
     env.step("x")
     env.step("y")
     obs, r, term, trunc, info = env.step("z")
-    assert trunc and not term and info["end"] == "invalid" and info["answer"] is None and r == 0.0
+    assert trunc and not term and info["end"] == "invalid" and "answer" not in info and r == 0.0
     assert obs["text"] == tpl.INVALID.format(left=5)
 
 
@@ -107,7 +107,8 @@ def test_disabled_tool_is_an_invalid_reply(tiny_dataset) -> None:
     e = CountImageEnv(tiny_dataset, tools=("tag",))
     e.reset(seed=0, options={"stimulus_id": "four"})
     obs, *_ , info = e.step('{"tool":"crop","box":[0,0,500,500]}')
-    assert info["parse_error"] and obs["text"].startswith("Your last line was not a valid JSON action")
+    assert info["parse_error"] and "action" not in info
+    assert obs["text"].startswith("Your last line was not a valid JSON action")
 
 
 def test_caps_per_call_and_per_trajectory(env) -> None:
@@ -307,3 +308,17 @@ def test_async_vector_env_messages_intact(tiny_dataset) -> None:
 def test_async_shared_memory_refused_loudly(tiny_dataset) -> None:
     with pytest.raises(Exception, match="shared memory|shared_memory"):
         gym.vector.AsyncVectorEnv([_make(tiny_dataset)] * 2, shared_memory=True)
+
+
+def test_vector_env_batches_info_of_sub_envs_in_different_states(tiny_dataset) -> None:
+    """One sub-env answers, one ends invalid without an answer, one is mid-episode."""
+    venv = gym.vector.SyncVectorEnv([_make(tiny_dataset)] * 3)
+    venv.reset(seed=[1, 2, 3])
+    venv.step(['{"tool":"tag","points":[[1,1]]}', "junk", "junk"])
+    venv.step(["junk", "junk", '{"tool":"tag","points":[[5,5]]}'])
+    obs, rew, term, trunc, info = venv.step(['{"tool":"answer","count":1}', "junk", "junk"])
+    assert list(term) == [True, False, False] and list(trunc) == [False, True, False]
+    assert info["_answer"].tolist() == [True, False, False] and info["answer"][0] == 1
+    assert info["_end"].tolist() == [True, True, False] and list(info["end"][:2]) == ["answer", "invalid"]
+    assert info["episode"][1].end == "invalid" and info["episode"][1].answer is None
+    venv.close()

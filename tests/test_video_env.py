@@ -83,7 +83,7 @@ def test_wrong_ambiguous_and_failed_replies(env: CountVideoEnv) -> None:
     assert r == 0.0 and env.episode_record().end == "answer"
     env.reset(seed=0)
     _, r, term, trunc, info = env.step(f"Either {n} or {n + 2}.")
-    assert (r, term, trunc, info["answer"], info["end"]) == (0.0, True, False, None, "invalid")
+    assert (r, term, trunc, info.get("answer"), info["end"]) == (0.0, True, False, None, "invalid")
     assert "several incompatible" in env.episode_record().steps[0].parse_error
     env.reset(seed=0)
     _, r, term, trunc, info = env.step(Reply(text="", error="HTTP 500"))

@@ -21,22 +21,44 @@ if TYPE_CHECKING:
 
 SHARDS_SUFFIX = ".shards"
 
-__all__ = ["SHARDS_SUFFIX", "cell_log_files", "clear_cell", "done_in_cell", "run_sweep_ray", "shard_dir"]
+__all__ = [
+    "SHARDS_SUFFIX",
+    "cell_log_files",
+    "clear_cell",
+    "clear_log",
+    "done_in_cell",
+    "done_in_files",
+    "log_files_of",
+    "run_sweep_ray",
+    "shard_dir",
+]
 
 
 def shard_dir(out: str | Path, spec: CellSpec) -> Path:
     """Folder of a cell's shard logs: ``<out>/<cell-stem>.shards``."""
-    return Path(out) / (Path(spec.log_name()).stem + SHARDS_SUFFIX)
+    return shard_dir_of(Path(out) / spec.log_name())
+
+
+def shard_dir_of(log: str | Path) -> Path:
+    """Shard folder beside a cell's main log ``<out>/<cell>.jsonl``: ``<out>/<cell>.shards``."""
+    log = Path(log)
+    return log.parent / (log.stem + SHARDS_SUFFIX)
+
+
+def log_files_of(log: str | Path) -> list[Path]:
+    """Every existing log file of the cell whose main log is ``log``: the main log first, then
+    its shard logs (sorted). The main log need not exist."""
+    log = Path(log)
+    files = [log] if log.is_file() else []
+    shards = shard_dir_of(log)
+    if shards.is_dir():
+        files.extend(sorted(p for p in shards.glob("*.jsonl") if p.is_file()))
+    return files
 
 
 def cell_log_files(out: str | Path, spec: CellSpec) -> list[Path]:
     """Every existing log file of a cell: the main log first, then its shard logs (sorted)."""
-    main = Path(out) / spec.log_name()
-    files = [main] if main.is_file() else []
-    shards = shard_dir(out, spec)
-    if shards.is_dir():
-        files.extend(sorted(p for p in shards.glob("*.jsonl") if p.is_file()))
-    return files
+    return log_files_of(Path(out) / spec.log_name())
 
 
 def done_in_cell(out: str | Path, spec: CellSpec) -> tuple[set[tuple[str, int]], float]:
@@ -62,10 +84,15 @@ def done_in_files(files: list[Path]) -> tuple[set[tuple[str, int]], float]:
 
 def clear_cell(out: str | Path, spec: CellSpec) -> None:
     """Delete a cell's main log and shard logs (``--force``)."""
-    main = Path(out) / spec.log_name()
-    if main.exists():
-        main.unlink()
-    shards = shard_dir(out, spec)
+    clear_log(Path(out) / spec.log_name())
+
+
+def clear_log(log: str | Path) -> None:
+    """Delete the main log ``log`` and the shard logs beside it."""
+    log = Path(log)
+    if log.exists():
+        log.unlink()
+    shards = shard_dir_of(log)
     if shards.exists():
         shutil.rmtree(shards)
 
