@@ -26,7 +26,7 @@ from countgym.agents.base import Task
 from countgym.envs import templates as tpl
 from countgym.envs.actions import Reply
 from countgym.errors import UserError
-from countgym.logs import ArmSpec, EpisodeRecord, LogWriter, Truth, iter_records, redact, utcnow
+from countgym.logs import ArmSpec, EpisodeRecord, LogWriter, Truth, redact, utcnow
 from countgym.stimulus import Dataset
 
 
