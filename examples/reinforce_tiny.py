@@ -89,8 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(args.workdir or tmp)
         model_path = args.model
         if model_path is None:
-            sys.path.insert(0, str(Path(__file__).resolve().parent))
-            from tiny_smolvlm import build_tiny_smolvlm
+            from countgym.agents.backends.tiny import build_tiny_smolvlm
 
             model_path = str(build_tiny_smolvlm(work / "tiny-smolvlm"))
         ds = make_dataset(work / "data")

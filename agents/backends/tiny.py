@@ -1,7 +1,8 @@
 """A tiny randomly initialised SmolVLM-architecture (Idefics3) model, built offline in seconds.
 
-A copy of the test suite's builder (``tests/test_agents_transformers.py``) so examples run
-without importing test modules. About 0.4 MB on disk: hidden size 32, two layers, a 400-token
+For trying the local backend, the RL example and the tests with no download and no GPU: it
+generates nonsense, but through the real processor, chat template and ``generate``. About 0.4 MB
+on disk: hidden size 32, two layers, a 400-token
 byte-level BPE vocabulary trained on countgym's own prompt templates, 32-px images.
 """
 
