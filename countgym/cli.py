@@ -71,7 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
     mk.add_argument("--renderer", default=None, help="countvideo: fast (default), blender/cycles, eevee, workbench")
     mk.add_argument("--size", type=_frame_size, default=None, help="countvideo frame size: WxH, full, half or quarter")
     mk.add_argument("--video", action="store_true", help="countvideo: also write an MP4 of each clip")
+    mk.add_argument("--data", default=None, help="fsc147 / pixmo / countbench: the release folder")
     mk.add_argument("--no-progress", action="store_true")
+    dl = scs.add_parser("download", help="fetch the listed images of a photo release (pixmo, countbench)")
+    dl.add_argument("name", choices=["pixmo", "countbench"])
+    dl.add_argument("--data", required=True, help="the release folder; images go to DATA/images")
+    dl.add_argument("--no-progress", action="store_true")
 
     r = sub.add_parser("run", help="run one cell: dataset x agent x model")
     r.add_argument("--data", required=True, help="dataset folder or battery name (battery[:subset])")
@@ -142,9 +147,31 @@ def _parse_kv(items: Sequence[str]) -> dict[str, Any]:
     return out
 
 
+def cmd_scenes_download(args: argparse.Namespace) -> int:
+    from countgym.scenes.photos import download_photo_images
+
+    report = download_photo_images(args.name, args.data, progress=not args.no_progress)
+    print(
+        f"{report.downloaded} downloaded, {report.present} already present, "
+        f"{len(report.dead)} dead links skipped, {len(report.failed)} failed (re-run to retry)"
+    )
+    return 0
+
+
 def cmd_scenes_make(args: argparse.Namespace) -> int:
     from countgym.scenes import make_battery
 
+    if args.scenes_command == "download":
+        return cmd_scenes_download(args)
+    if args.battery in ("fsc147", "pixmo", "countbench"):
+        from countgym.scenes.photos import make_photo_set
+
+        if args.data is None:
+            raise UserError(f"{args.battery} is built from its official release: pass --data RELEASE_ROOT")
+        print(f"wrote {make_photo_set(args.battery, args.data, Path(args.out), progress=not args.no_progress)}")
+        return 0
+    if args.data is not None:
+        raise UserError(f"--data applies to the photo sets (fsc147, pixmo, countbench), not {args.battery!r}")
     kwargs: dict[str, Any] = {"seed": args.seed, "limit": args.limit, "progress": not args.no_progress}
     if args.battery == "countvideo":
         from countgym.scenes.video import make_countvideo

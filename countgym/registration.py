@@ -15,7 +15,13 @@ IMAGE_ENVS: dict[str, str] = {
     "countgym/DotArrays-v0": "dotarrays",
     "countgym/DotArraysXL-v0": "dotarrays-xl",
     "countgym/Lattice-v0": "lattice",
+    # Photo sets: the release root comes from $COUNTGYM_FSC147_ROOT / $COUNTGYM_PIXMO_ROOT /
+    # $COUNTGYM_COUNTBENCH_ROOT, or gym.make(id, dataset=ROOT).
+    "countgym/FSC147-v0": "fsc147",
+    "countgym/PixMoCount-v0": "pixmo",
+    "countgym/CountBench-v0": "countbench",
 }
+PHOTO_ENVS = frozenset({"countgym/FSC147-v0", "countgym/PixMoCount-v0", "countgym/CountBench-v0"})
 
 
 # id -> (entry point, default kwargs) for the single-step environments.

@@ -18,7 +18,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from countgym.errors import UserError
 from countgym.runner import CellResult, CellSpec, done_episodes, run_cell
 
-ABLATION_KEYS = {"verify", "numbered", "order", "perturb", "extra_tools", "thinking", "reward", "tool_cost"}
+ABLATION_KEYS = {
+    "verify", "numbered", "order", "perturb", "extra_tools", "thinking", "reward", "tool_cost",
+    "blur_radius", "feather", "attention",  # CounterCount interventions (blur sweep of C.5.3)
+}
 
 
 class SweepConfig(BaseModel):

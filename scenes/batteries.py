@@ -348,6 +348,13 @@ def resolve_dataset(name_or_path: str | Path) -> Dataset:
     """A dataset from a folder path, a battery name (built into the cache once), or either
     followed by ``:SUBSET`` (e.g. ``dotarrays:ablation``, ``dotarrays-main:common``)."""
     text = str(name_or_path)
+    # Photo sets (fsc147, pixmo, countbench, their subsets) and transformed copies (+rot180,
+    # +mirror, +resize1024) first: their names would otherwise look like unknown subsets.
+    from .photos import resolve_photo_dataset
+
+    photo = resolve_photo_dataset(text)
+    if photo is not None:
+        return photo
     if text in OTHER_BATTERIES:
         return OTHER_BATTERIES[text]()
     if text.startswith("countvideo:k") and text[len("countvideo:k"):].isdigit():
