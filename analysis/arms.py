@@ -32,8 +32,30 @@ ABLATION_DEFAULTS: dict[str, Any] = {
 """Environment ablations and their neutral values; a reference arm variant has them all neutral."""
 
 
+PROVENANCE_KEYS = frozenset({
+    "provider", "api_base", "api_key", "timeout_s", "max_attempts", "max_total_wait_s",
+    "backoff_base_s", "backoff_max_s", "input_cost_per_token", "output_cost_per_token",
+    "batch_concurrency",
+})  # fmt: skip
+"""Options that record where and how a model was called, not what the arm did (the model is
+its own column); they never make two runs different arms."""
+
+
+def _neutral(arm: str, key: str) -> Any:
+    """The value of an ablation key that counts as 'off' for this arm (its own default)."""
+    try:
+        from countgym.agents.arms import ARMS
+    except ImportError:  # pragma: no cover - analysis without the agents extras
+        ARMS = {}
+    if arm in ARMS:
+        own = ARMS[arm].env_options()
+        if key in own:
+            return own[key]
+    return ABLATION_DEFAULTS[key]
+
+
 def _canonical(options: Mapping[str, Any], ignore: Iterable[str] = ()) -> str:
-    drop = set(ignore)
+    drop = set(ignore) | PROVENANCE_KEYS
     kept = {k: v for k, v in options.items() if k not in drop}
     return json.dumps(kept, sort_keys=True, default=str, separators=(",", ":"))
 
@@ -43,8 +65,8 @@ def options_key(record: EpisodeRecord, ignore: Iterable[str] = ()) -> str:
     return f"{record.arm.name}|{_canonical(record.arm.options, ignore)}"
 
 
-def _ablations_on(options: Mapping[str, Any]) -> int:
-    return sum(1 for k, neutral in ABLATION_DEFAULTS.items() if options.get(k, neutral) != neutral)
+def _ablations_on(options: Mapping[str, Any], arm: str = "") -> int:
+    return sum(1 for k in ABLATION_DEFAULTS if options.get(k, _neutral(arm, k)) != _neutral(arm, k))
 
 
 def _format_value(v: Any) -> str:
@@ -59,22 +81,24 @@ MAX_SUFFIX = 48
 """Longer variant suffixes are cut (labels are for reading; ``options_key`` is the identity)."""
 
 
-def _variant_suffix(options: Mapping[str, Any], reference: Mapping[str, Any]) -> str:
+def _variant_suffix(options: Mapping[str, Any], reference: Mapping[str, Any], arm: str = "") -> str:
     """The ablations switched on (always named), then ``key=value`` for other options that
     differ from the reference, then how many of the reference's options this variant leaves
     unset; joined by ``;``."""
     parts = [
         f"{k}={_format_value(options[k])}"
-        for k, neutral in ABLATION_DEFAULTS.items()
-        if k in options and options[k] != neutral
+        for k in ABLATION_DEFAULTS
+        if k in options and options[k] != _neutral(arm, k)
     ]
     missing = object()
     parts += [
         f"{k}={_format_value(options[k])}"
         for k in sorted(options)
-        if k not in ABLATION_DEFAULTS and options[k] != reference.get(k, missing)
+        if k not in ABLATION_DEFAULTS and k not in PROVENANCE_KEYS and options[k] != reference.get(k, missing)
     ]
-    dropped = sum(1 for k in reference if k not in options and k not in ABLATION_DEFAULTS)
+    dropped = sum(
+        1 for k in reference if k not in options and k not in ABLATION_DEFAULTS and k not in PROVENANCE_KEYS
+    )
     if dropped:
         parts.append(f"{dropped} option{'s' if dropped > 1 else ''} unset")
     text = ";".join(parts)
@@ -99,12 +123,12 @@ def arm_labels(records: Sequence[EpisodeRecord]) -> list[str]:
         first_seen = {k: i for i, k in enumerate(variants)}
         ref_key = min(
             variants,
-            key=lambda k: (_ablations_on(variants[k]), -counts[f"{name}|{k}"], first_seen[k]),
+            key=lambda k: (_ablations_on(variants[k], name), -counts[f"{name}|{k}"], first_seen[k]),
         )
         reference = variants[ref_key]
         taken: set[str] = set()
         for key, opts in variants.items():
-            suffix = _variant_suffix(opts, reference)
+            suffix = _variant_suffix(opts, reference, name)
             label = f"{name}[{suffix}]" if suffix else name
             while label in taken:
                 label += "'"
