@@ -18,15 +18,21 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from gymnasium.vector.utils import create_shared_memory
-from PIL import Image
 
-import countgym
 from countgym.envs import cf_templates as tpl
 from countgym.envs.actions import Reply
+from countgym.envs.common import (
+    build_record,
+    fit_long_side,
+    new_episode,
+    pick_stimulus_id,
+    resolve_dataset_arg,
+    stimulus_pool,
+)
 from countgym.envs.rewards import RewardFn, resolve_reward
 from countgym.envs.spaces import ImageSpace, MessageSpace
 from countgym.envs.state import EpisodeState
-from countgym.logs import ArmSpec, EpisodeRecord, StepRecord, Truth, utcnow
+from countgym.logs import EpisodeRecord, StepRecord
 from countgym.stimulus import Dataset, Stimulus
 
 QuestionFormat = Literal["mcq", "oe"]
@@ -351,8 +357,7 @@ class CounterCountEnv(gym.Env):
     ) -> None:
         from countgym.scenes.counterfactual import resolve_countercount
 
-        self.dataset = resolve_countercount(dataset)
-        self.dataset_name = dataset if isinstance(dataset, str) else self.dataset.name
+        self.dataset, self.dataset_name = resolve_dataset_arg(dataset, resolve_countercount)
         if question not in ("mcq", "oe"):
             raise ValueError(f"question must be 'mcq' or 'oe', got {question!r}")
         if kind not in (None, "factual", "cf"):
@@ -361,9 +366,7 @@ class CounterCountEnv(gym.Env):
             raise ValueError(f"blur_radius and feather must be >= 0, got {blur_radius} and {feather}")
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
-        pool = list(stimulus_ids) if stimulus_ids is not None else self.dataset.ids()
-        for sid in pool:
-            self.dataset[sid]  # validates the id
+        pool = stimulus_pool(self.dataset, stimulus_ids)
         if kind is not None:
             pool = [sid for sid in pool if self.dataset[sid].meta.get("kind") == kind]
         if not pool:
@@ -402,13 +405,11 @@ class CounterCountEnv(gym.Env):
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         super().reset(seed=seed)
         options = options or {}
-        sid = options.get("stimulus_id")
-        if sid is None:
-            sid = self._pool[int(self.np_random.integers(len(self._pool)))]
-        stim = self.dataset[sid]
+        stim = self.dataset[pick_stimulus_id(self.np_random, self._pool, options)]
         self.stimulus = stim
         stored = self.dataset.load_image(stim)
-        image, scale = _fit_long_side(stored, MAX_LONG_SIDE)
+        image = fit_long_side(stored, MAX_LONG_SIDE)
+        scale = (image.size[0] / stored.size[0], image.size[1] / stored.size[1])
         box = [float(v) * s for v, s in zip(stim.meta.get("bbox") or [0, 0, 0, 0], (*scale, *scale), strict=True)]
         if self.blur:
             from countgym.scenes.counterfactual import blur_outside
@@ -420,13 +421,7 @@ class CounterCountEnv(gym.Env):
         self.state = EpisodeState(original=image, calls_left=0)
         self.extraction = None
         self._steps = []
-        self._episode = {
-            "seed": seed,
-            "repeat": int(options.get("repeat", 0)),
-            "episode_id": options.get("episode_id"),
-            "stored_size": stored.size,
-            "started_at": utcnow(),
-        }
+        self._episode = new_episode(seed, options, stored_size=stored.size)
         obs: dict[str, Any] = {"image": np.asarray(image), "text": self.question.text}
         if self.expose_region:
             obs["region"] = self._region(stim, image.size, box)
@@ -492,31 +487,19 @@ class CounterCountEnv(gym.Env):
     # ------------------------------------------------------------------ records
     def episode_record(self) -> EpisodeRecord:
         """The episode as an ``EpisodeRecord`` (truth included once it has ended)."""
-        st, stim = self.state, self.stimulus
-        if st is None or stim is None:
+        st = self.state
+        if st is None or self.stimulus is None:
             raise RuntimeError("no episode; call reset()")
-        ep = self._episode
-        return EpisodeRecord(
-            episode_id=ep["episode_id"] or f"{self.arm}/{stim.id}/r{ep['repeat']}",
-            stimulus_id=stim.id,
-            stimulus_hash=self.dataset.content_hash(stim),
-            dataset=str(self.dataset_name),
-            arm=ArmSpec(name=self.arm, options=self.options()),
-            env_options=self.options(),
-            model=self.model,
-            seed=int(ep["seed"]) if ep["seed"] is not None else -1,
-            repeat=ep["repeat"],
-            image_size=st.original.size,
-            stimulus_size=ep["stored_size"],
-            steps=list(self._steps),
+        return build_record(
+            self,
+            steps=self._steps,
             answer=st.answer,
-            end=st.end or "error",  # type: ignore[arg-type]
+            end=st.end,
             error=st.error,
-            truth=Truth(n=stim.n) if st.ended else None,
-            countgym_version=countgym.__version__,
+            ended=st.ended,
+            image_size=st.original.size,
+            stimulus_size=self._episode["stored_size"],
             template_hash=tpl.TEMPLATE_HASH,
-            started_at=ep["started_at"],
-            finished_at=utcnow(),
         )
 
     def options(self) -> dict[str, Any]:
@@ -563,13 +546,3 @@ def outcome(answer: int | None, stimulus: Stimulus) -> str:
 def _truth(stim: Stimulus) -> dict[str, Any]:
     m = stim.meta
     return {"n": stim.n, "canonical_count": m.get("canonical_count"), "cf_count": m.get("cf_count"), "kind": m.get("kind")}
-
-
-def _fit_long_side(img: Image.Image, max_side: int) -> tuple[Image.Image, tuple[float, float]]:
-    """Resize so the long side is at most ``max_side``; the x and y scale factors applied."""
-    w, h = img.size
-    if max(w, h) <= max_side:
-        return img, (1.0, 1.0)
-    k = max_side / max(w, h)
-    size = (max(1, math.floor(w * k + 0.5)), max(1, math.floor(h * k + 0.5)))
-    return img.resize(size, Image.Resampling.LANCZOS), (size[0] / w, size[1] / h)

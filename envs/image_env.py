@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -10,15 +9,22 @@ import gymnasium as gym
 import numpy as np
 from PIL import Image
 
-import countgym
 from countgym.envs import templates as tpl
 from countgym.envs.actions import TOOLS, Answer, Crop, Erase, Grid, Reply, Tag, action_to_dict
+from countgym.envs.common import (
+    build_record,
+    fit_long_side,
+    new_episode,
+    pick_stimulus_id,
+    resolve_dataset_arg,
+    stimulus_pool,
+)
 from countgym.envs.parser import ParseResult, parse_action
 from countgym.envs.render import crop_view, erase_radius, render_working_image
 from countgym.envs.rewards import RewardFn, resolve_reward
 from countgym.envs.spaces import ImageSpace, MessageSpace
 from countgym.envs.state import EpisodeState
-from countgym.logs import ArmSpec, EpisodeRecord, StepRecord, Truth, utcnow
+from countgym.logs import EpisodeRecord, StepRecord
 from countgym.matching import match_tags
 from countgym.stimulus import Dataset, Stimulus
 
@@ -115,13 +121,8 @@ class CountImageEnv(gym.Env):
         model: str = "unknown",
         render_mode: str | None = None,
     ) -> None:
-        self.dataset = _resolve(dataset)
-        self.dataset_name = dataset if isinstance(dataset, str) else self.dataset.name
-        self._pool = list(stimulus_ids) if stimulus_ids is not None else self.dataset.ids()
-        if not self._pool:
-            raise ValueError("stimulus_ids selects no stimuli")
-        for sid in self._pool:
-            self.dataset[sid]  # validates the id
+        self.dataset, self.dataset_name = resolve_dataset_arg(dataset)
+        self._pool = stimulus_pool(self.dataset, stimulus_ids)
         bad = [t for t in tools if t not in TOOLS]
         if bad:
             raise ValueError(f"unknown tools {bad}; choose from {TOOLS}")
@@ -164,13 +165,10 @@ class CountImageEnv(gym.Env):
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         super().reset(seed=seed)
         options = options or {}
-        sid = options.get("stimulus_id")
-        if sid is None:
-            sid = self._pool[int(self.np_random.integers(len(self._pool)))]
-        self.stimulus = self.dataset[sid]
+        self.stimulus = self.dataset[pick_stimulus_id(self.np_random, self._pool, options)]
         original = self.dataset.load_image(self.stimulus)
         stored_size = original.size
-        original = _fit_long_side(original, MAX_LONG_SIDE)
+        original = fit_long_side(original, MAX_LONG_SIDE)
         scale = original.size[0] / stored_size[0], original.size[1] / stored_size[1]
         pts = self.stimulus.points
         self._truth_points = (
@@ -178,13 +176,7 @@ class CountImageEnv(gym.Env):
         )
         self.state = EpisodeState(original=original, calls_left=self.budget)
         self._steps = []
-        self._episode = {
-            "seed": seed,
-            "repeat": int(options.get("repeat", 0)),
-            "episode_id": options.get("episode_id"),
-            "stored_size": stored_size,
-            "started_at": utcnow(),
-        }
+        self._episode = new_episode(seed, options, stored_size=stored_size)
         obs = self._observation(self._first_text(), system=self._system_text())
         info = {"calls_left": self.state.calls_left, "tools": self.tools, "view": "image"}
         return obs, info
@@ -312,33 +304,20 @@ class CountImageEnv(gym.Env):
     # ------------------------------------------------------------------ records
     def episode_record(self) -> EpisodeRecord:
         """The episode so far as an ``EpisodeRecord`` (truth included once it has ended)."""
-        st, stim = self.state, self.stimulus
-        if st is None or stim is None:
+        st = self.state
+        if st is None or self.stimulus is None:
             raise RuntimeError("no episode; call reset()")
-        ep = self._episode
-        repeat = ep["repeat"]
-        return EpisodeRecord(
-            episode_id=ep["episode_id"] or f"{self.arm}/{stim.id}/r{repeat}",
-            stimulus_id=stim.id,
-            stimulus_hash=self.dataset.content_hash(stim),
-            dataset=str(self.dataset_name),
-            arm=ArmSpec(name=self.arm, options=self.options()),
-            env_options=self.options(),
-            model=self.model,
-            seed=int(ep["seed"]) if ep["seed"] is not None else -1,
-            repeat=repeat,
-            image_size=st.original.size,
-            stimulus_size=ep["stored_size"],
-            steps=list(self._steps),
-            tags=list(st.tags),
+        return build_record(
+            self,
+            steps=self._steps,
             answer=st.answer,
-            end=st.end or "error",
+            end=st.end,
             error=st.error,
-            truth=Truth(n=stim.n) if st.ended else None,
-            countgym_version=countgym.__version__,
+            ended=st.ended,
+            image_size=st.original.size,
+            stimulus_size=self._episode["stored_size"],
             template_hash=tpl.TEMPLATE_HASH,
-            started_at=ep["started_at"],
-            finished_at=utcnow(),
+            tags=st.tags,
         )
 
     def options(self) -> dict[str, Any]:
@@ -485,23 +464,6 @@ class CountImageEnv(gym.Env):
         if self._truth_points is None:
             return s
         return s.model_copy(update={"points": [tuple(p) for p in self._truth_points.tolist()]})
-
-
-def _resolve(dataset: str | Dataset) -> Dataset:
-    if isinstance(dataset, Dataset):
-        return dataset
-    from countgym.scenes import resolve_dataset
-
-    return resolve_dataset(str(dataset))
-
-
-def _fit_long_side(img: Image.Image, max_side: int) -> Image.Image:
-    """Resize so the long side is at most ``max_side`` (aspect kept), as before any arm sees it."""
-    w, h = img.size
-    if max(w, h) <= max_side:
-        return img
-    k = max_side / max(w, h)
-    return img.resize((max(1, math.floor(w * k + 0.5)), max(1, math.floor(h * k + 0.5))), Image.Resampling.LANCZOS)
 
 
 def make_reward(fn: Callable[[EpisodeState, Stimulus], float]) -> RewardFn:

@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from countgym.envs.image_env import MAX_LONG_SIDE, _fit_long_side
+from countgym.envs.common import fit_long_side
+from countgym.envs.image_env import MAX_LONG_SIDE
 from countgym.envs.render import crop_view, render_working_image
 from countgym.errors import UserError
 from countgym.logs import EpisodeRecord
@@ -33,7 +34,7 @@ def replay_observation(record: EpisodeRecord, dataset: Dataset, k: int | None = 
         raise UserError(
             f"stimulus {stim.id!r} in {dataset.root} differs from the one the episode saw (hash mismatch)"
         )
-    original = _fit_long_side(dataset.load_image(stim), MAX_LONG_SIDE)
+    original = fit_long_side(dataset.load_image(stim), MAX_LONG_SIDE)
     tags: list[tuple[float, float]] = []
     erased: list[dict] = []
     grid = False

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -12,13 +11,19 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.error import CustomSpaceError
 from gymnasium.vector.utils import create_shared_memory
-from PIL import Image
 
-import countgym
 from countgym.envs.actions import Answer, Reply
+from countgym.envs.common import (
+    build_record,
+    fit_long_side,
+    new_episode,
+    pick_stimulus_id,
+    resolve_dataset_arg,
+    stimulus_pool,
+)
 from countgym.envs.extract import extract_count
 from countgym.envs.spaces import MessageSpace
-from countgym.logs import ArmSpec, EpisodeRecord, StepRecord, Truth, utcnow
+from countgym.logs import EpisodeRecord, StepRecord
 from countgym.stimulus import Dataset, Stimulus
 
 PROMPTS: dict[str, str] = {
@@ -146,11 +151,8 @@ class CountVideoEnv(gym.Env):
         model: str = "unknown",
         render_mode: str | None = None,
     ) -> None:
-        self.dataset = _resolve(dataset)
-        self.dataset_name = dataset if isinstance(dataset, str) else self.dataset.name
-        self._pool = list(stimulus_ids) if stimulus_ids is not None else self.dataset.ids()
-        if not self._pool:
-            raise ValueError("stimulus_ids selects no stimuli")
+        self.dataset, self.dataset_name = resolve_dataset_arg(dataset)
+        self._pool = stimulus_pool(self.dataset, stimulus_ids)
         for sid in self._pool:
             if not self.dataset[sid].frames:
                 raise ValueError(f"stimulus {sid!r} has no frames: not a video dataset")
@@ -187,19 +189,11 @@ class CountVideoEnv(gym.Env):
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         super().reset(seed=seed)
         options = options or {}
-        sid = options.get("stimulus_id")
-        if sid is None:
-            sid = self._pool[int(self.np_random.integers(len(self._pool)))]
-        self.stimulus = self.dataset[sid]
+        self.stimulus = self.dataset[pick_stimulus_id(self.np_random, self._pool, options)]
         self._frames = self._load_frames(self.stimulus)
         self._question = self.question(self.stimulus)
         self._steps, self._answer, self._end, self._error = [], None, None, None
-        self._episode = {
-            "seed": seed,
-            "repeat": int(options.get("repeat", 0)),
-            "episode_id": options.get("episode_id"),
-            "started_at": utcnow(),
-        }
+        self._episode = new_episode(seed, options)
         obs = {"frames": self._frames.copy(), "text": self._question}
         return obs, {"prompt": self.prompt, "n_frames": int(self._frames.shape[0])}
 
@@ -275,30 +269,16 @@ class CountVideoEnv(gym.Env):
         stim = self.stimulus
         if stim is None or self._frames is None:
             raise RuntimeError("no episode; call reset()")
-        ep = self._episode
-        repeat = ep["repeat"]
-        ended = self._end is not None
-        return EpisodeRecord(
-            episode_id=ep["episode_id"] or f"{self.arm}/{stim.id}/r{repeat}",
-            stimulus_id=stim.id,
-            stimulus_hash=self.dataset.content_hash(stim),
-            dataset=str(self.dataset_name),
-            arm=ArmSpec(name=self.arm, options=self.options()),
-            env_options=self.options(),
-            model=self.model,
-            seed=int(ep["seed"]) if ep["seed"] is not None else -1,
-            repeat=repeat,
+        return build_record(
+            self,
+            steps=self._steps,
+            answer=self._answer,
+            end=self._end,
+            error=self._error,
+            ended=self._end is not None,
             image_size=self.image_size,
             stimulus_size=self._stored_size(stim),
-            steps=list(self._steps),
-            answer=self._answer,
-            end=self._end or "error",  # type: ignore[arg-type]
-            error=self._error,
-            truth=Truth(n=stim.n) if ended else None,
-            countgym_version=countgym.__version__,
             template_hash=VIDEO_TEMPLATE_HASH,
-            started_at=ep["started_at"],
-            finished_at=utcnow(),
         )
 
     def options(self) -> dict[str, Any]:
@@ -332,7 +312,7 @@ class CountVideoEnv(gym.Env):
         for rel in stim.frames or []:
             img = self.dataset.load_image(stim.model_copy(update={"image": rel}))
             if self.max_side is not None:
-                img = _fit_long_side(img, self.max_side)
+                img = fit_long_side(img, self.max_side)
             frames.append(np.asarray(img, dtype=np.uint8))
         if len({f.shape for f in frames}) != 1:
             raise ValueError(f"stimulus {stim.id!r}: frames differ in size")
@@ -341,14 +321,6 @@ class CountVideoEnv(gym.Env):
     def _stored_size(self, stim: Stimulus) -> tuple[int, int] | None:
         size = stim.meta.get("render_size")
         return (int(size[0]), int(size[1])) if size else None
-
-
-def _resolve(dataset: str | Dataset) -> Dataset:
-    if isinstance(dataset, Dataset):
-        return dataset
-    from countgym.scenes import resolve_dataset
-
-    return resolve_dataset(str(dataset))
 
 
 def _resolve_reward(reward: str | Any) -> tuple[Any, str]:
@@ -363,10 +335,3 @@ def _resolve_reward(reward: str | Any) -> tuple[Any, str]:
     )
 
 
-def _fit_long_side(img: Image.Image, max_side: int) -> Image.Image:
-    w, h = img.size
-    if max(w, h) <= max_side:
-        return img
-    k = max_side / max(w, h)
-    size = (max(1, math.floor(w * k + 0.5)), max(1, math.floor(h * k + 0.5)))
-    return img.resize(size, Image.Resampling.LANCZOS)

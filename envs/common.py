@@ -1,0 +1,109 @@
+"""Pieces every task environment shares: the stimulus pool, the seeded pick, the resize rule and
+the episode record, so the image, video and CounterCount environments log identically."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+import countgym
+from countgym.logs import ArmSpec, EpisodeRecord, StepRecord, Truth, utcnow
+from countgym.stimulus import Dataset
+
+
+def resolve_dataset_arg(
+    dataset: str | Dataset, resolve: Callable[[str], Dataset] | None = None
+) -> tuple[Dataset, str]:
+    """The ``Dataset`` an environment reads and the name its records carry."""
+    if isinstance(dataset, Dataset):
+        return dataset, dataset.name
+    if resolve is None:
+        from countgym.scenes import resolve_dataset as resolve
+    return resolve(str(dataset)), str(dataset)
+
+
+def stimulus_pool(dataset: Dataset, stimulus_ids: Sequence[str] | None) -> list[str]:
+    """The stimulus ids an environment draws from (every id validated; never empty)."""
+    pool = list(stimulus_ids) if stimulus_ids is not None else dataset.ids()
+    if not pool:
+        raise ValueError("stimulus_ids selects no stimuli")
+    for sid in pool:
+        dataset[sid]  # raises for an unknown id
+    return pool
+
+
+def pick_stimulus_id(rng: np.random.Generator, pool: Sequence[str], options: dict[str, Any]) -> str:
+    """``options["stimulus_id"]`` when given, else one drawn with the environment's RNG."""
+    sid = options.get("stimulus_id")
+    return str(sid) if sid is not None else pool[int(rng.integers(len(pool)))]
+
+
+def fit_long_side(img: Image.Image, max_side: int) -> Image.Image:
+    """Resize so the long side is at most ``max_side`` (aspect kept), as before any arm sees it."""
+    w, h = img.size
+    if max(w, h) <= max_side:
+        return img
+    k = max_side / max(w, h)
+    size = (max(1, math.floor(w * k + 0.5)), max(1, math.floor(h * k + 0.5)))
+    return img.resize(size, Image.Resampling.LANCZOS)
+
+
+def new_episode(seed: int | None, options: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """The per-episode bookkeeping an environment keeps from ``reset`` to the record."""
+    return {
+        "seed": seed,
+        "repeat": int(options.get("repeat", 0)),
+        "episode_id": options.get("episode_id"),
+        "started_at": utcnow(),
+        **extra,
+    }
+
+
+def build_record(
+    env: Any,
+    *,
+    steps: Sequence[StepRecord],
+    answer: int | None,
+    end: str | None,
+    error: str | None,
+    ended: bool,
+    image_size: tuple[int, int] | None,
+    stimulus_size: tuple[int, int] | None,
+    template_hash: str,
+    tags: Sequence[tuple[float, float]] = (),
+) -> EpisodeRecord:
+    """The ``EpisodeRecord`` of an environment's current episode (truth only once it ended).
+
+    ``env`` provides ``stimulus``, ``dataset``, ``dataset_name``, ``arm``, ``model``,
+    ``options()`` and the ``_episode`` dict made by ``new_episode``.
+    """
+    stim = env.stimulus
+    ep = env._episode
+    options = env.options()
+    return EpisodeRecord(
+        episode_id=ep["episode_id"] or f"{env.arm}/{stim.id}/r{ep['repeat']}",
+        stimulus_id=stim.id,
+        stimulus_hash=env.dataset.content_hash(stim),
+        dataset=str(env.dataset_name),
+        arm=ArmSpec(name=env.arm, options=options),
+        env_options=options,
+        model=env.model,
+        seed=int(ep["seed"]) if ep["seed"] is not None else -1,
+        repeat=ep["repeat"],
+        image_size=image_size,
+        stimulus_size=stimulus_size,
+        steps=list(steps),
+        tags=list(tags),
+        answer=answer,
+        end=end or "error",  # type: ignore[arg-type]
+        error=error,
+        truth=Truth(n=stim.n) if ended else None,
+        countgym_version=countgym.__version__,
+        template_hash=template_hash,
+        started_at=ep["started_at"],
+        finished_at=utcnow(),
+    )
