@@ -13,7 +13,7 @@ import json
 import re
 import threading
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -180,6 +180,66 @@ def done_episodes(log: Path) -> tuple[set[tuple[str, int]], float]:
     return done_in_files(log_files_of(log))
 
 
+def run_one(
+    spec: CellSpec, ds: Dataset, factory: Callable[[], Any], log_stem: str, sid: str, r: int
+) -> EpisodeRecord:
+    """One episode of a cell, as every executor runs it: the same seed, episode id and record
+    fields (arm options with the provider parameters, credentials redacted). Never raises."""
+    seed = episode_seed(spec.seed, sid, r)
+    eid = f"{log_stem}/{sid}/r{r}"
+    try:
+        env = make_env(ds, spec.resolved_env_options(), arm=spec.agent, model=spec.model or spec.agent)
+        rec = run_episode(env, factory(), sid, repeat=r, seed=seed, episode_id=eid)
+        rec.dataset = spec.dataset
+        options = {**env.options(), **spec.agent_options}
+        provider = getattr(factory, "provider", None)
+        if provider:
+            options["provider"] = provider
+        rec.arm = ArmSpec(name=spec.agent, options=redact(options))
+        return rec
+    except Exception as e:  # noqa: BLE001 - an episode's failure is recorded, not raised
+        detail = "".join(traceback.format_exception_only(type(e), e)).strip()
+        return _error_record(spec, ds, sid, r, seed, eid, detail)
+
+
+def run_pairs(
+    pairs: Sequence[tuple[str, int]],
+    one: Callable[[str, int], EpisodeRecord],
+    record: Callable[[EpisodeRecord], None],
+    over_budget: Callable[[], bool],
+    concurrency: int,
+) -> bool:
+    """Run (stimulus_id, repeat) pairs, sequentially or on ``concurrency`` threads (model calls
+    are I/O bound), recording each as it finishes; no new episode starts once ``over_budget()``.
+    Returns True when the spend cap stopped the run."""
+    if concurrency <= 1:
+        for sid, r in pairs:
+            if over_budget():
+                return True
+            record(one(sid, r))
+        return False
+    stopped = False
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        pending: set[Future[EpisodeRecord]] = set()
+        it: Iterator[tuple[str, int]] = iter(pairs)
+        exhausted = False
+        while True:
+            while not exhausted and len(pending) < concurrency:
+                if over_budget():
+                    stopped = exhausted = True
+                    break
+                nxt = next(it, None)
+                if nxt is None:
+                    exhausted = True
+                    break
+                pending.add(pool.submit(one, *nxt))
+            if not pending:
+                return stopped
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for f in finished:
+                record(f.result())
+
+
 def run_cell(
     spec: CellSpec,
     out_dir: str | Path,
@@ -219,24 +279,9 @@ def run_cell(
     todo = [(sid, r) for r in range(spec.repeats) for sid in ids if (sid, r) not in done]
     result = CellResult(log=log, skipped=len(ids) * spec.repeats - len(todo), cost=cost)
     lock = threading.Lock()
-    model = spec.model or spec.agent
-    env_options = spec.resolved_env_options()
 
     def one(sid: str, r: int) -> EpisodeRecord:
-        seed = episode_seed(spec.seed, sid, r)
-        eid = f"{log.stem}/{sid}/r{r}"
-        try:
-            env = make_env(ds, env_options, arm=spec.agent, model=model)
-            rec = run_episode(env, factory(), sid, repeat=r, seed=seed, episode_id=eid)
-            rec.dataset = spec.dataset
-            options = {**env.options(), **spec.agent_options}
-            if provider:
-                options["provider"] = provider
-            rec.arm = ArmSpec(name=spec.agent, options=redact(options))
-            return rec
-        except Exception as e:  # noqa: BLE001 - an episode's failure is recorded, not raised
-            detail = "".join(traceback.format_exception_only(type(e), e)).strip()
-            return _error_record(spec, ds, sid, r, seed, eid, detail)
+        return run_one(spec, ds, factory, log.stem, sid, r)
 
     label = f"{spec.agent}{' / ' + spec.model if spec.model else ''} on {Path(spec.dataset).name}"
     bar = tqdm(total=len(todo), desc=label, unit="ep", disable=not progress, dynamic_ncols=True)
@@ -257,33 +302,7 @@ def run_cell(
         return max_cost is not None and result.cost >= max_cost
 
     try:
-        if concurrency == 1:
-            for sid, r in todo:
-                if over_budget():
-                    result.stopped_by_cost = True
-                    break
-                record(one(sid, r))
-        else:
-            with ThreadPoolExecutor(max_workers=concurrency) as pool:
-                pending: set[Future[EpisodeRecord]] = set()
-                it: Iterator[tuple[str, int]] = iter(todo)
-                exhausted = False
-                while True:
-                    while not exhausted and len(pending) < concurrency:
-                        if over_budget():
-                            result.stopped_by_cost = True
-                            exhausted = True
-                            break
-                        nxt = next(it, None)
-                        if nxt is None:
-                            exhausted = True
-                            break
-                        pending.add(pool.submit(one, *nxt))
-                    if not pending:
-                        break
-                    finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                    for f in finished:
-                        record(f.result())
+        result.stopped_by_cost = run_pairs(todo, one, record, over_budget, concurrency)
     finally:
         bar.close()
         writer.close()

@@ -190,3 +190,14 @@ def test_vllm_endpoint_sweep_on_ray_matches_local(local_ray, tiny_dataset, tmp_p
     assert _episodes(tmp_path / "ray") == _episodes(tmp_path / "local")
     recs = read_records([tmp_path / "ray"])
     assert all(r.answer == r.truth.n for r in recs) and {r.model for r in recs} == {model}
+
+
+def test_ray_shards_redact_credentials_like_the_local_runner(tiny_dataset) -> None:
+    """Both executors build records through runner.run_one: a key given as an option is redacted."""
+    from countgym.agents.registry import policy_factory
+    from countgym.runner import CellSpec, run_one
+
+    spec = CellSpec(dataset=str(tiny_dataset.root), agent="oracle", agent_options={"api_key": "sk-x"})
+    rec = run_one(spec, tiny_dataset, policy_factory("oracle"), "cell", "four", 0)
+    assert rec.end == "answer" and rec.episode_id == "cell/four/r0"
+    assert rec.arm.options["api_key"] == "<redacted>" and "sk-x" not in rec.model_dump_json()

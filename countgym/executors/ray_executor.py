@@ -26,10 +26,7 @@ import math
 import os
 import threading
 import time
-import traceback
 import uuid
-from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,8 +36,8 @@ from tqdm import tqdm
 import countgym
 from countgym.errors import MissingExtraError, UserError
 from countgym.executors import cell_log_files, clear_cell, done_in_cell, done_in_files, shard_dir
-from countgym.logs import ArmSpec, EpisodeRecord, LogWriter
-from countgym.runner import CellResult, CellSpec, episode_seed, make_env, run_episode
+from countgym.logs import EpisodeRecord, LogWriter
+from countgym.runner import CellResult, CellSpec, run_one, run_pairs
 from countgym.sweep import SweepConfig, expand
 
 MAX_AUTO_SHARD = 50
@@ -282,60 +279,6 @@ def _run_shard(
     def one(sid: str, r: int) -> EpisodeRecord:
         return run_one(spec, ds, factory, log_stem, sid, r)
 
-    _run_pairs(pairs, one, record, over_budget, summary, concurrency)
+    if run_pairs(pairs, one, record, over_budget, concurrency):
+        summary["stopped_by_cost"] = True
     return summary
-
-
-def run_one(spec: CellSpec, ds: Any, factory: Callable[[], Any], log_stem: str, sid: str, r: int) -> EpisodeRecord:
-    """One episode exactly as ``run_cell`` runs it (same seed, episode id and record fields)."""
-    from countgym.runner import _error_record
-
-    seed = episode_seed(spec.seed, sid, r)
-    eid = f"{log_stem}/{sid}/r{r}"
-    try:
-        env = make_env(ds, spec.resolved_env_options(), arm=spec.agent, model=spec.model or spec.agent)
-        rec = run_episode(env, factory(), sid, repeat=r, seed=seed, episode_id=eid)
-        rec.dataset = spec.dataset
-        rec.arm = ArmSpec(name=spec.agent, options={**env.options(), **spec.agent_options})
-        return rec
-    except Exception as e:  # noqa: BLE001 - an episode's failure is recorded, not raised
-        detail = "".join(traceback.format_exception_only(type(e), e)).strip()
-        return _error_record(spec, ds, sid, r, seed, eid, detail)
-
-
-def _run_pairs(
-    pairs: list[tuple[str, int]],
-    one: Callable[[str, int], EpisodeRecord],
-    record: Callable[[EpisodeRecord], None],
-    over_budget: Callable[[], bool],
-    summary: dict[str, Any],
-    concurrency: int,
-) -> None:
-    """The local runner's loop: sequential, or ``concurrency`` threads (I/O-bound models)."""
-    if concurrency <= 1:
-        for sid, r in pairs:
-            if over_budget():
-                summary["stopped_by_cost"] = True
-                return
-            record(one(sid, r))
-        return
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        pending: set[Future[EpisodeRecord]] = set()
-        it: Iterator[tuple[str, int]] = iter(pairs)
-        exhausted = False
-        while True:
-            while not exhausted and len(pending) < concurrency:
-                if over_budget():
-                    summary["stopped_by_cost"] = True
-                    exhausted = True
-                    break
-                nxt = next(it, None)
-                if nxt is None:
-                    exhausted = True
-                    break
-                pending.add(pool.submit(one, *nxt))
-            if not pending:
-                break
-            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for f in finished:
-                record(f.result())
