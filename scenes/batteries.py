@@ -19,8 +19,6 @@ folder; a folder holding only part of the design yields the part of the subset i
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -34,6 +32,7 @@ from countgym.errors import UserError
 from countgym.stimulus import Dataset, Stimulus, write_manifest
 
 # Relative: ruff cannot tell that countgym.scenes is first-party (it lives in scenes/).
+from .cache import build_once
 from .dotarrays import GENERATOR_VERSION, ArraySpec, factor_arrangement, generate
 
 MAIN_LEVELS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 15, 20, 25, 30, 40, 50, 60)
@@ -304,27 +303,8 @@ def cache_root() -> Path:
 def cached_battery(name: str, *, progress: bool = True) -> Path:
     """The folder of a battery in the cache, built once (seed offset 0)."""
     _battery(name)
-    root = cache_root()
-    final = root / f"{name}-v{GENERATOR_VERSION}"
-    if (final / "manifest.jsonl").is_file():
-        return final
-    root.mkdir(parents=True, exist_ok=True)
-    # Build beside the target and rename: a reader sees no folder or a complete one, and
-    # of several processes building at once the first rename wins and the rest discard.
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=root))
-    try:
-        make_battery(name, tmp, progress=progress)
-        try:
-            tmp.rename(final)
-        except OSError:
-            if not (final / "manifest.jsonl").is_file():
-                raise UserError(
-                    f"cache folder {final} exists but holds no manifest.jsonl; delete it"
-                ) from None
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return final
+    final = cache_root() / f"{name}-v{GENERATOR_VERSION}"
+    return build_once(final, lambda tmp: make_battery(name, tmp, progress=progress))
 
 
 def _countercount() -> Dataset:

@@ -12,8 +12,6 @@ inside it. ``meta.mask`` is the object mask of that line's own image.
 from __future__ import annotations
 
 import hashlib
-import shutil
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -179,25 +177,10 @@ def _save_png(img: Image.Image, path: Path) -> None:
 def cached_countercount(*, progress: bool = True) -> Path:
     """The default battery (seed 0) in the countgym cache, built once."""
     from countgym.scenes.batteries import cache_root
+    from countgym.scenes.cache import build_once
 
-    root = cache_root()
-    final = root / f"{BATTERY}-v{GENERATOR_VERSION}"
-    if (final / "manifest.jsonl").is_file():
-        return final
-    root.mkdir(parents=True, exist_ok=True)
-    # Build beside the target and rename, so readers see no folder or a complete one.
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=root))
-    try:
-        make_countercount(tmp, progress=progress)
-        try:
-            tmp.rename(final)
-        except OSError:
-            if not (final / "manifest.jsonl").is_file():
-                raise UserError(f"cache folder {final} exists but holds no manifest.jsonl; delete it") from None
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return final
+    final = cache_root() / f"{BATTERY}-v{GENERATOR_VERSION}"
+    return build_once(final, lambda tmp: make_countercount(tmp, progress=progress))
 
 
 def resolve_countercount(dataset: str | Path | Dataset) -> Dataset:

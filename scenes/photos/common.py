@@ -13,13 +13,12 @@ import hashlib
 import json
 import os
 import re
-import shutil
-import tempfile
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from countgym.errors import UserError
+from countgym.scenes.cache import build_once  # noqa: F401 - re-exported for the photo loaders
 from countgym.stimulus import Dataset, Stimulus
 
 DERIVED_CACHE_ENV = "COUNTGYM_DERIVED_CACHE"
@@ -278,25 +277,6 @@ def derived_cache_root() -> Path:
     from countgym.scenes.batteries import cache_root
 
     return cache_root() / "derived"
-
-
-def build_once(final: Path, build: Callable[[Path], Any]) -> Path:
-    """Build a folder beside ``final`` and rename it into place; a complete one is reused."""
-    if (final / "manifest.jsonl").is_file():
-        return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
-    try:
-        build(tmp)
-        try:
-            tmp.rename(final)
-        except OSError:
-            if not (final / "manifest.jsonl").is_file():
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return final
 
 
 def file_digest(paths: Iterable[Path], extra: str = "") -> str:

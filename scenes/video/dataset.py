@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import shutil
-import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -252,26 +250,11 @@ def cached_countvideo(
     w, h = _size(size)
     tag = "all" if per_level is None else f"k{per_level}"
     final = cache_root / f"{BATTERY}-v{GENERATOR_VERSION}-{tag}-{w}x{h}"
-    if (final / "manifest.jsonl").is_file():
-        return final
-    cache_root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=cache_root))
-    try:
-        make_countvideo(
-            tmp,
-            per_level=per_level,
-            size=(w, h),
-            progress=progress,
-            workers=min(2, os.cpu_count() or 1),
-        )
-        try:
-            tmp.rename(final)
-        except OSError:
-            if not (final / "manifest.jsonl").is_file():
-                raise UserError(
-                    f"cache folder {final} exists but holds no manifest.jsonl; delete it"
-                ) from None
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return final
+    from countgym.scenes.cache import build_once
+
+    return build_once(
+        final,
+        lambda tmp: make_countvideo(
+            tmp, per_level=per_level, size=(w, h), progress=progress, workers=min(2, os.cpu_count() or 1)
+        ),
+    )
