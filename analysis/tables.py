@@ -96,7 +96,7 @@ def report_tables(
     ``lattice``), the same tables ``write_audit`` writes as CSV."""
     records = read_episode_records(paths, errors=errors)
     if not records:
-        raise UserError(f"no valid episode records in {paths!r}")
+        raise UserError(f"no valid episode records in {paths}")
     return compute_tables(
         records,
         resolve=resolve,
@@ -164,7 +164,7 @@ def write_audit_files(
     records = read_episode_records(paths_or_records, errors=errors)
     if not records:
         raise UserError(
-            f"no valid episode records in {paths_or_records!r}"
+            f"no valid episode records in {', '.join(str(p) for p in paths) or 'the given records'}"
             + (f" ({len(errors)} invalid lines)" if errors else "")
         )
     return bundle.write_audit_files(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse that reports mistakes as one line and exit code 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        sys.stderr.write(f"countgym: error: {message} (see 'countgym {self.prog.split()[-1]} --help')\n")
+        sys.stderr.write(f"countgym: error: {message} (see '{self.prog} --help')\n")
         sys.exit(2)
 
 
@@ -206,6 +207,7 @@ def cell_from_args(args: argparse.Namespace) -> Any:
     from countgym.agents.registry import cell_env_options, is_model_arm
     from countgym.runner import CellSpec
 
+    _check_agent_name(args.agent)
     ablations: dict[str, Any] = {}
     if args.no_verify:
         ablations["verify"] = False
@@ -233,6 +235,20 @@ def cell_from_args(args: argparse.Namespace) -> Any:
         limit=args.limit,
         seed=args.seed,
     )
+
+
+def _check_agent_name(agent: str) -> None:
+    """Unknown built-in names fail here with the list of valid ones (plug-ins are checked on load)."""
+    from countgym.agents.registry import BUILTIN_POLICIES, is_model_arm, model_arms
+
+    if ":" in agent or agent in BUILTIN_POLICIES or is_model_arm(agent):
+        return
+    if agent.startswith("cf-"):
+        from countgym.agents.cf_arm import parse_cf_arm
+
+        parse_cf_arm(agent)  # raises a UserError naming the valid format and interventions
+    names = sorted([*BUILTIN_POLICIES, *model_arms(), "video-p1", "video-p2", "video-p3", "cf-mcq[+...]", "cf-oe[+...]"])
+    raise UserError(f"unknown agent {agent!r}: use one of {', '.join(names)} or package.module:ClassName")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -352,6 +368,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return serve(argv[1:])
     args = build_parser().parse_args(argv)
+    # Warnings (e.g. a skipped corrupt log line) are one line each, like errors.
+    warnings.formatwarning = lambda msg, *a, **k: f"countgym: warning: {msg}\n"
     try:
         if args.command == "scenes":
             return cmd_scenes_make(args)

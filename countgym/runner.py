@@ -261,6 +261,8 @@ def run_cell(
         raise UserError(f"--repeats must be >= 1, got {spec.repeats}")
     ds = dataset if dataset is not None else resolve_for(spec.agent, spec.dataset)
     factory = policy_factory or make_factory(spec.agent, spec.model, spec.agent_options, concurrency=concurrency)
+    # Bad environment options are the user's mistake: fail before any episode, not per episode.
+    make_env(ds, spec.resolved_env_options(), arm=spec.agent, model=spec.model or spec.agent).close()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     log = out / spec.log_name()

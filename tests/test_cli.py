@@ -64,3 +64,25 @@ def test_run_audit_replay_roundtrip(tiny_dataset, tmp_path: Path) -> None:
     r = run_cli("audit", str(runs), "--out", str(tmp_path / "audit"))
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "audit" / "episodes.csv").is_file() and (tmp_path / "audit" / "summary.csv").is_file()
+
+
+def test_bad_env_option_fails_before_any_episode(tiny_dataset, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "r"
+    assert main(["run", "--data", str(tiny_dataset.root), "--agent", "oracle", "--tools", "tag", "bogus", "--out", str(out)]) == 2
+    assert "unknown tools ['bogus']" in capsys.readouterr().err
+    assert not list(out.glob("*.jsonl")) or all(p.stat().st_size == 0 for p in out.glob("*.jsonl"))
+
+
+def test_unknown_cf_intervention_named(capsys: pytest.CaptureFixture) -> None:
+    assert main(["run", "--data", "countercount", "--agent", "cf-mcq+sparkle", "--model", "openai/x"]) == 2
+    assert "unknown intervention(s) ['sparkle']" in capsys.readouterr().err
+
+
+def test_corrupt_log_warning_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "x.jsonl").write_text('{"broken": tru')
+    r = run_cli("audit", str(tmp_path / "runs"), "--out", str(tmp_path / "a"))
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert lines[0].startswith("countgym: warning:") and "x.jsonl:1" in lines[0]
+    assert lines[-1].startswith("countgym: error: no valid episode records") and len(lines) == 2
