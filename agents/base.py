@@ -10,24 +10,12 @@ Scripted reference policies that need the truth (``oracle``, ``noisy-pointer``) 
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from countgym.errors import UserError
+from countgym.task import Task
 
-
-@dataclass(frozen=True)
-class Task:
-    """What a policy may know about an episode."""
-
-    obj: str
-    obj_sing: str
-    image_size: tuple[int, int]
-    """(width, height) of the image shown at reset."""
-    tools: tuple[str, ...]
-    budget: int
-    options: dict[str, Any] = field(default_factory=dict)
-    """The environment options of the arm (verify, numbered, order, prompt, ...)."""
+__all__ = ["Policy", "Task", "load_policy"]
 
 
 @runtime_checkable

@@ -41,16 +41,12 @@ PROVENANCE_KEYS = frozenset({
 its own column); they never make two runs different arms."""
 
 
-def _neutral(arm: str, key: str) -> Any:
-    """The value of an ablation key that counts as 'off' for this arm (its own default)."""
-    try:
-        from countgym.agents.arms import ARMS
-    except ImportError:  # pragma: no cover - analysis without the agents extras
-        ARMS = {}
-    if arm in ARMS:
-        own = ARMS[arm].env_options()
-        if key in own:
-            return own[key]
+def _neutral(options: Mapping[str, Any], key: str) -> Any:
+    """The value of an ablation key that counts as 'off' for a run: single-call arms (``prompt``
+    direct, cot, list, tiles) never show the verification prompt, so no verification is their
+    default, not an ablation. Read from the log, so analysis needs no agent code."""
+    if key == "verify" and options.get("prompt", "tools") != "tools":
+        return False
     return ABLATION_DEFAULTS[key]
 
 
@@ -65,8 +61,8 @@ def options_key(record: EpisodeRecord, ignore: Iterable[str] = ()) -> str:
     return f"{record.arm.name}|{_canonical(record.arm.options, ignore)}"
 
 
-def _ablations_on(options: Mapping[str, Any], arm: str = "") -> int:
-    return sum(1 for k in ABLATION_DEFAULTS if options.get(k, _neutral(arm, k)) != _neutral(arm, k))
+def _ablations_on(options: Mapping[str, Any]) -> int:
+    return sum(1 for k in ABLATION_DEFAULTS if options.get(k, _neutral(options, k)) != _neutral(options, k))
 
 
 def _format_value(v: Any) -> str:
@@ -81,14 +77,14 @@ MAX_SUFFIX = 48
 """Longer variant suffixes are cut (labels are for reading; ``options_key`` is the identity)."""
 
 
-def _variant_suffix(options: Mapping[str, Any], reference: Mapping[str, Any], arm: str = "") -> str:
+def _variant_suffix(options: Mapping[str, Any], reference: Mapping[str, Any]) -> str:
     """The ablations switched on (always named), then ``key=value`` for other options that
     differ from the reference, then how many of the reference's options this variant leaves
     unset; joined by ``;``."""
     parts = [
         f"{k}={_format_value(options[k])}"
         for k in ABLATION_DEFAULTS
-        if k in options and options[k] != _neutral(arm, k)
+        if k in options and options[k] != _neutral(options, k)
     ]
     missing = object()
     parts += [
@@ -123,12 +119,12 @@ def arm_labels(records: Sequence[EpisodeRecord]) -> list[str]:
         first_seen = {k: i for i, k in enumerate(variants)}
         ref_key = min(
             variants,
-            key=lambda k: (_ablations_on(variants[k], name), -counts[f"{name}|{k}"], first_seen[k]),
+            key=lambda k: (_ablations_on(variants[k]), -counts[f"{name}|{k}"], first_seen[k]),
         )
         reference = variants[ref_key]
         taken: set[str] = set()
         for key, opts in variants.items():
-            suffix = _variant_suffix(opts, reference, name)
+            suffix = _variant_suffix(opts, reference)
             label = f"{name}[{suffix}]" if suffix else name
             while label in taken:
                 label += "'"

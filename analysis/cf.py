@@ -172,8 +172,6 @@ def judge_ambiguous(
     judge model, the question, the reply and the correct answer, so re-running costs nothing.
     Returns a new frame with ``answer``, ``method="judge"`` and the outcomes updated.
     """
-    from countgym.agents.backends.base import message, text_part
-
     cache = Path(cache_dir)
     cache.mkdir(parents=True, exist_ok=True)
     out = frame.copy()
@@ -189,7 +187,8 @@ def judge_ambiguous(
         if path.is_file():
             judged = json.loads(path.read_text(encoding="utf-8"))
         else:
-            reply = judge.complete([message("user", text_part(prompt))])
+            # The ChatModel message format: a role and a list of content parts.
+            reply = judge.complete([{"role": "user", "content": [{"type": "text", "text": prompt}]}])
             if reply.error is not None:
                 continue  # leave it unresolved; a later run retries (nothing cached)
             value = extract_count(reply.text).value

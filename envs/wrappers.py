@@ -26,7 +26,7 @@ from typing import Any, SupportsFloat
 import gymnasium as gym
 from gymnasium.wrappers import RecordEpisodeStatistics
 
-from countgym.agents.base import Task
+from countgym.task import Task
 
 STATS_KEY = "episode_stats"
 INFO_KEY = "countgym_info"
