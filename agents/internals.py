@@ -37,6 +37,7 @@ import numpy as np
 
 from countgym.agents.backends.base import BaseChatModel, Message
 from countgym.envs.actions import Reply
+from countgym.errors import UserError
 from countgym.logs import Usage
 
 ATTENTION_NAME = "countgym_region"
@@ -151,7 +152,7 @@ def image_tokens(model: Any, processor: Any, inputs: Any, row: int = 0) -> Image
         pos = np.flatnonzero(ids == tid)
         side = int(round(math.sqrt(len(pos))))
         return ImageTokens(pos, grid_boxes(side, side))
-    raise NotImplementedError(f"no region-to-token layout for model type {kind!r} (supported: idefics3/smolvlm, qwen2/2.5/3-vl, gemma3)")
+    raise UserError(f"no region-to-token layout for model type {kind!r} (supported: {', '.join(REGION_LAYOUTS)})")
 
 
 def _idefics3_tokens(ids: np.ndarray, cfg: Any, processor: Any) -> ImageTokens:
@@ -386,6 +387,10 @@ def compare_region_attention(values: Sequence[RegionAttention], correct: Sequenc
 
 
 # =========================================================================== modulation
+REGION_LAYOUTS = ("idefics3", "smolvlm", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "gemma3")
+"""Model types whose image tokens can be mapped back to image regions."""
+
+
 class AttentionModulatedBackend(BaseChatModel):
     """A ``TransformersBackend`` whose generation reweights attention to the Mask-BB tokens.
 
@@ -403,7 +408,11 @@ class AttentionModulatedBackend(BaseChatModel):
 
             backend = TransformersBackend(backend, **backend_options)
         if not hasattr(backend, "hf_model"):
-            raise TypeError("attention modulation needs a local transformers backend (hf:/local: model)")
+            raise UserError("attention modulation (+attn) needs a local transformers model: --model hf:/path")
+        kind = getattr(getattr(backend.hf_model, "config", None), "model_type", "")
+        if kind not in REGION_LAYOUTS:
+            # Fail before any episode rather than once per episode.
+            raise UserError(f"no region-to-token layout for model type {kind!r} (supported: {', '.join(REGION_LAYOUTS)})")
         self.backend = backend
         self.config = parse_config(config) if isinstance(config, str) else (config or ModulationConfig())
         self.min_coverage = min_coverage

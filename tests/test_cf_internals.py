@@ -268,3 +268,14 @@ def test_attention_arm_runs_through_the_env(backend: Any, tmp_path: Path) -> Non
     built = make_cf_backend(arm, f"hf:{backend.path}", device="cpu", attention="a3-b1-all")
     assert isinstance(built, AttentionModulatedBackend) and built.config == ModulationConfig(3.0, 1.0, "all")
     assert built.backend.hf_model is backend.hf_model and built.backend.max_new_tokens == 128
+
+
+def test_attention_modulation_on_an_api_model_is_a_user_error() -> None:
+    from countgym.agents.internals import AttentionModulatedBackend
+    from countgym.errors import UserError
+
+    class ApiLike:
+        model = "openai/x"
+
+    with pytest.raises(UserError, match=r"\+attn\) needs a local transformers model"):
+        AttentionModulatedBackend(ApiLike())
