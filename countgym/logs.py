@@ -4,24 +4,41 @@ Records are versioned pydantic models. Writing appends one whole line per episod
 ``write`` on an ``O_APPEND`` descriptor followed by ``fsync``; a process killed mid-write can
 leave at most a truncated last line, which readers skip (with a warning) and ``LogWriter``
 cuts off before appending again, so a resumed run never duplicates or corrupts a record.
+
+Everything a model writes reaches the log, so both directions treat it as untrusted:
+
+- writing never fails on text: a lone surrogate (``"\\ud800"``, which UTF-8 cannot encode) is
+  stored as its JSON escape and reads back as the same string; a record that still cannot be
+  serialised is logged as an ``end="error"`` record instead of being lost;
+- reading never fails on a line: invalid JSON, numbers beyond Python's digit limit, nesting
+  beyond the parser's depth, non-finite coordinates and integers outside the 64-bit range make
+  that one line invalid (reported with file and line, then skipped); an ``answer`` outside the
+  64-bit range (old logs kept whatever a model wrote) reads as an invalid answer.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import time
 import warnings
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, ValidationError, model_validator
+from pydantic_core import PydanticSerializationError
 
 SCHEMA_VERSION = 1
 
-Point = tuple[float, float]
+INT_MIN, INT_MAX = -(2**63), 2**63 - 1
+"""Every integer in a record fits a signed 64-bit column (the audit's tables use int64)."""
+
+LogInt = Annotated[int, Field(ge=INT_MIN, le=INT_MAX)]
+Point = tuple[FiniteFloat, FiniteFloat]
 EndReason = Literal["answer", "budget", "invalid", "error"]
 
 
@@ -50,9 +67,9 @@ def redact(options: dict[str, Any]) -> dict[str, Any]:
 class Usage(BaseModel):
     """Token usage of one model call; any field may be unknown (null)."""
 
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    reasoning_tokens: int | None = None
+    prompt_tokens: LogInt | None = None
+    completion_tokens: LogInt | None = None
+    reasoning_tokens: LogInt | None = None
 
 
 class StepRecord(BaseModel):
@@ -65,7 +82,7 @@ class StepRecord(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    index: int
+    index: LogInt
     """0-based step number within the episode."""
     reply: str | None = None
     """The raw reply text (null for typed actions)."""
@@ -77,7 +94,7 @@ class StepRecord(BaseModel):
     """The environment's message returned to the policy after this step."""
     tags_added: list[Point] = Field(default_factory=list)
     """Tags drawn by this step, pixel coordinates of the working image, in order."""
-    tags_dropped: int = 0
+    tags_dropped: LogInt = 0
     """Points of this step not drawn (out of range, per-call or per-trajectory cap, tag-1)."""
     tags_cleared: bool = False
     """True when this step cleared all earlier tags (``mode: replace``)."""
@@ -89,7 +106,7 @@ class StepRecord(BaseModel):
     """Pixel box of the crop view returned by this step, when the observation is a crop."""
     perturbation: dict[str, Any] | None = None
     """Harness perturbation applied after this step: ``{"kind": "remove", "index": i}`` or ``{"kind": "add", "xy": [x, y]}``."""
-    calls_left: int = 0
+    calls_left: LogInt = 0
     """Tool calls left after this step."""
     usage: Usage | None = None
     """Token usage of the model call that produced the reply."""
@@ -109,7 +126,7 @@ class ArmSpec(BaseModel):
 class Truth(BaseModel):
     """Ground truth, written after the episode ended."""
 
-    n: int
+    n: LogInt
 
 
 class EpisodeRecord(BaseModel):
@@ -131,16 +148,16 @@ class EpisodeRecord(BaseModel):
     """The environment options (tools, budget, verify, numbered, order, perturb, ...)."""
     model: str
     """Model id, or the scripted policy's name."""
-    seed: int
-    repeat: int = 0
-    image_size: tuple[int, int] | None = None
+    seed: LogInt
+    repeat: LogInt = 0
+    image_size: tuple[LogInt, LogInt] | None = None
     """(width, height) of the image the policy saw at the start (after resizing)."""
-    stimulus_size: tuple[int, int] | None = None
+    stimulus_size: tuple[LogInt, LogInt] | None = None
     """(width, height) of the stored stimulus image (ground-truth point frame)."""
     steps: list[StepRecord] = Field(default_factory=list)
     tags: list[Point] = Field(default_factory=list)
     """Final ordered tags, pixel coordinates of the working image."""
-    answer: int | None = None
+    answer: LogInt | None = None
     """The announced count (null when none)."""
     end: EndReason
     error: str | None = None
@@ -154,7 +171,74 @@ class EpisodeRecord(BaseModel):
     @classmethod
     def _migrate(cls, data: Any) -> Any:
         # Future schema versions add migrations here; version 1 is the first.
+        if isinstance(data, dict):
+            data = _answer_in_range(data)
         return data
+
+
+def _answer_in_range(data: dict[str, Any]) -> dict[str, Any]:
+    """An ``answer`` outside the 64-bit range (old logs kept any number a model wrote) is read
+    as no answer: the episode counts as an invalid reply, and ``error`` says why."""
+    answer = data.get("answer")
+    if not isinstance(answer, int) or isinstance(answer, bool) or INT_MIN <= answer <= INT_MAX:
+        return data
+    data = dict(data)
+    data["answer"] = None
+    if data.get("end") == "answer":
+        data["end"] = "invalid"
+    if not data.get("error"):
+        data["error"] = "answer outside the 64-bit integer range: not a count"
+    return data
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _escape_surrogates(text: str) -> str:
+    """JSON text with every surrogate code point written as its ``\\uXXXX`` escape.
+
+    Surrogates can only occur inside JSON strings, where the escape is valid and decodes back
+    to the same code point, so the log stays valid UTF-8 and the text is kept losslessly.
+    (A high surrogate directly followed by a low one reads back as the character they encode.)
+    """
+    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def dump_record(record: EpisodeRecord) -> str:
+    """One record as one line of JSON that UTF-8 can always encode; never raises on content.
+
+    A record whose content cannot be serialised (a plug-in's typed action nested deeper than the
+    serialiser allows, say) is written as an ``end="error"`` record of the same episode, with
+    the replies kept and the structured step fields dropped, so the episode is not lost.
+    """
+    try:
+        return record.model_dump_json()
+    except PydanticSerializationError:
+        pass  # a surrogate UTF-8 cannot encode, or content the serialiser refuses: slow path
+    try:
+        text = json.dumps(_finite(record.model_dump(mode="json")), ensure_ascii=False, separators=(",", ":"))
+    except (ValueError, TypeError, RecursionError, PydanticSerializationError) as e:
+        detail = str(e).splitlines()[0] if str(e) else type(e).__name__
+        steps = [StepRecord(index=s.index, reply=s.reply, parse_error=s.parse_error, message=s.message,
+                            calls_left=s.calls_left, usage=s.usage, cost=s.cost, latency_s=s.latency_s)
+                 for s in record.steps]
+        fallback = record.model_copy(update={
+            "steps": steps, "env_options": {}, "arm": ArmSpec(name=record.arm.name), "answer": None,
+            "end": "error", "error": f"log: the record could not be serialised ({detail[:200]})",
+        })
+        text = json.dumps(_finite(fallback.model_dump(mode="json")), ensure_ascii=False, separators=(",", ":"))
+    return _escape_surrogates(text)
+
+
+def _finite(obj: Any) -> Any:
+    """``obj`` with non-finite floats as None, as ``model_dump_json`` writes them (valid JSON)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite(v) for v in obj]
+    return obj
 
 
 class LogWriter:
@@ -175,7 +259,7 @@ class LogWriter:
 
     def append(self, record: EpisodeRecord) -> None:
         """Write one record as one line with a single ``write`` call."""
-        line = (record.model_dump_json() + "\n").encode("utf-8")
+        line = (dump_record(record) + "\n").encode("utf-8")
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             view = memoryview(line)
@@ -233,23 +317,93 @@ class LogLineError(BaseModel):
 
 
 def iter_records(
-    paths: Iterable[str | Path], errors: list[LogLineError] | None = None
+    paths: Iterable[str | Path],
+    errors: list[LogLineError] | None = None,
+    *,
+    exact_text: bool = False,
+    newer: Literal["skip", "raise"] = "skip",
 ) -> Iterator[EpisodeRecord]:
-    """Yield valid records from log files; bad lines are reported (file and line) and skipped."""
+    """Yield valid records from log files; bad lines are reported (file and line) and skipped.
+
+    Args:
+        errors: collects the skipped lines (each is also a one-line warning).
+        exact_text: keep strings exactly as logged. By default a lone surrogate in a string
+            (which no UTF-8 file, table or page can hold) reads as its visible ``\\udXXX``
+            escape, so every consumer can write the record out.
+        newer: a line written by a newer schema version than this countgym reads is skipped
+            with a warning naming both versions (``"skip"``) or raises a ``UserError``
+            (``"raise"``, for resume: never re-run an episode a newer version logged).
+    """
     for p in paths:
         p = Path(p)
         with p.open(encoding="utf-8", errors="replace") as f:
             for lineno, line in enumerate(f, 1):
                 if not line.strip():
                     continue
-                try:
-                    yield EpisodeRecord.model_validate(json.loads(line))
-                except (json.JSONDecodeError, ValidationError) as e:
-                    msg = str(e).splitlines()[0]
-                    err = LogLineError(file=str(p), line=lineno, error=msg)
-                    if errors is not None:
-                        errors.append(err)
-                    warnings.warn(f"{p}:{lineno}: skipped invalid log line: {msg}", stacklevel=2)
+                rec, msg, is_newer = _read_line(line, exact_text)
+                if rec is not None:
+                    yield rec
+                    continue
+                if is_newer and newer == "raise":
+                    from countgym.errors import UserError
+
+                    raise UserError(f"{p}:{lineno}: {msg}")
+                err = LogLineError(file=str(p), line=lineno, error=msg)
+                if errors is not None:
+                    errors.append(err)
+                warnings.warn(f"{p}:{lineno}: skipped invalid log line: {msg}", stacklevel=2)
+
+
+def _read_line(line: str, exact_text: bool) -> tuple[EpisodeRecord | None, str, bool]:
+    """(record, "", False) for a valid line, else (None, why, whether it is a newer schema)."""
+    try:
+        data = json.loads(line)
+        newer_msg = _newer_schema(data)
+        if newer_msg is not None:
+            return None, newer_msg, True
+        if not exact_text and "\\ud" in line.lower():
+            data = _visible_surrogates(data)
+        return EpisodeRecord.model_validate(data), "", False
+    except (ValueError, RecursionError) as e:
+        # ValueError covers bad JSON, a number past the digit limit and pydantic's
+        # ValidationError; RecursionError is a line nested past the parser's depth.
+        return None, _one_line(e), False
+
+
+def _newer_schema(data: Any) -> str | None:
+    """Why a decoded line is from a newer log schema than this countgym reads, else None."""
+    v = data.get("schema_version") if isinstance(data, dict) else None
+    if isinstance(v, int) and not isinstance(v, bool) and v > SCHEMA_VERSION:
+        from countgym import __version__
+
+        return (
+            f"written with log schema version {v}, but countgym {__version__} reads schema "
+            f"version {SCHEMA_VERSION} and older: upgrade countgym to read or resume this log"
+        )
+    return None
+
+
+def _visible_surrogates(obj: Any) -> Any:
+    """``obj`` with every surrogate code point in its strings (and keys) shown as ``\\udXXX``."""
+    if isinstance(obj, str):
+        return _escape_surrogates(obj)
+    if isinstance(obj, dict):
+        return {_visible_surrogates(k): _visible_surrogates(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_visible_surrogates(v) for v in obj]
+    return obj
+
+
+def _one_line(e: BaseException) -> str:
+    """An exception as one short line (pydantic errors are multi-line; depth errors are long)."""
+    if isinstance(e, RecursionError):
+        return "nested too deeply to read"
+    if isinstance(e, ValidationError):
+        err = e.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"]) or "(record)"
+        return f"{e.error_count()} validation error(s), first: {loc}: {err['msg']}"[:300]
+    lines = str(e).splitlines()
+    return (lines[0] if lines else type(e).__name__)[:300]
 
 
 def find_logs(paths: Iterable[str | Path]) -> list[Path]:

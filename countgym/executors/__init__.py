@@ -70,10 +70,14 @@ def done_in_cell(out: str | Path, spec: CellSpec) -> tuple[set[tuple[str, int]],
 
 
 def done_in_files(files: list[Path]) -> tuple[set[tuple[str, int]], float]:
-    """(stimulus_id, repeat) pairs in the given log files and their recorded cost (each once)."""
+    """(stimulus_id, repeat) pairs in the given log files and their recorded cost (each once).
+
+    A line written by a newer log schema raises a ``UserError`` naming both versions: its
+    episode must not be taken for missing and paid for again.
+    """
     done: set[tuple[str, int]] = set()
     cost = 0.0
-    for rec in iter_records(files):
+    for rec in iter_records(files, newer="raise"):
         key = (rec.stimulus_id, rec.repeat)
         if key in done:
             continue
