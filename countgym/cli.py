@@ -99,6 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=_non_negative_int, default=0)
     r.add_argument("--max-cost", type=float, default=None, help="stop starting episodes at this spend (USD)")
     r.add_argument("--force", action="store_true", help="discard this cell's log and run again")
+    r.add_argument("--wait", action="store_true",
+                   help="if another process is running this cell, wait for it, then resume")
     r.add_argument("--no-progress", action="store_true")
 
     sw = sub.add_parser("sweep", help="run a grid of cells from a TOML/YAML config (resumable)")
@@ -262,6 +264,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         max_cost=args.max_cost,
         force=args.force,
         progress=not args.no_progress,
+        wait_for_lock=args.wait,
     )
     msg = f"{res.ran} episodes run, {res.skipped} already done, {res.errors} errors -> {res.log}"
     if res.stopped_by_cost:

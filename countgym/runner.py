@@ -23,6 +23,7 @@ from tqdm import tqdm
 
 import countgym
 from countgym.agents.base import Task
+from countgym.celllock import cell_lock
 from countgym.envs import templates as tpl
 from countgym.envs.actions import Reply
 from countgym.errors import UserError
@@ -250,8 +251,13 @@ def run_cell(
     max_cost: float | None = None,
     force: bool = False,
     progress: bool = True,
+    wait_for_lock: bool = False,
 ) -> CellResult:
-    """Run every (stimulus, repeat) of a cell not yet in its log; append each finished episode."""
+    """Run every (stimulus, repeat) of a cell not yet in its log; append each finished episode.
+
+    Only one process runs a cell at a time (``countgym.celllock``): when another holds it, this
+    raises ``CellBusyError`` (a one-line user error), or with ``wait_for_lock`` waits and then resumes.
+    """
     from countgym.agents.registry import policy_factory as make_factory
     from countgym.tasks import resolve_for
 
@@ -266,6 +272,23 @@ def run_cell(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     log = out / spec.log_name()
+    # One writer per cell: a second process would pay for every pending episode again.
+    with cell_lock(log, wait=wait_for_lock):
+        return _run_cell_locked(spec, out, log, ds, factory, concurrency, max_cost, force, progress)
+
+
+def _run_cell_locked(
+    spec: CellSpec,
+    out: Path,
+    log: Path,
+    ds: Dataset,
+    factory: Callable[[], Any],
+    concurrency: int,
+    max_cost: float | None,
+    force: bool,
+    progress: bool,
+) -> CellResult:
+    """``run_cell`` once the cell's lock is held: clear (``force``), resume, run, append."""
     if force:
         from countgym.executors import clear_log
 

@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from countgym.celllock import CellBusyError
 from countgym.errors import UserError
 from countgym.runner import CellResult, CellSpec, done_episodes, run_cell
 
@@ -139,7 +140,12 @@ def run_sweep(cfg: SweepConfig, *, progress: bool = True, force: bool = False) -
                 print(f"[{i}/{len(cells)}] {cell.log_name()}: skipped, sweep spend cap reached")
                 continue
         print(f"[{i}/{len(cells)}] {cell.agent} {cell.model} on {cell.dataset} {cell.env_options}")
-        res = run_cell(cell, out, concurrency=cfg.concurrency, max_cost=cap, force=force, progress=progress)
+        try:
+            res = run_cell(cell, out, concurrency=cfg.concurrency, max_cost=cap, force=force, progress=progress)
+        except CellBusyError as e:
+            # Another process runs this cell; it logs the episodes, this sweep goes on.
+            print(f"[{i}/{len(cells)}] skipped: {e}")
+            continue
         spent[cell.log_name()] = res.cost
         results.append(res)
     return results

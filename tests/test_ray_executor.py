@@ -201,3 +201,21 @@ def test_ray_shards_redact_credentials_like_the_local_runner(tiny_dataset) -> No
     rec = run_one(spec, tiny_dataset, policy_factory("oracle"), "cell", "four", 0)
     assert rec.end == "answer" and rec.episode_id == "cell/four/r0"
     assert rec.arm.options["api_key"] == "<redacted>" and "sk-x" not in rec.model_dump_json()
+
+
+def test_ray_driver_holds_each_cells_lock_and_skips_a_busy_cell(local_ray, tiny_dataset, tmp_path: Path, capsys) -> None:
+    from countgym.celllock import CellBusyError, cell_lock
+
+    cfg = _cfg(tiny_dataset, tmp_path / "ray", repeats=1)
+    busy, free = expand(cfg)
+    with cell_lock(tmp_path / "ray" / busy.log_name()):
+        res = run_sweep_ray(cfg, progress=False)
+    assert [r.ran for r in res] == [0, 3]
+    assert "skipped: cell" in capsys.readouterr().out
+    assert cell_log_files(tmp_path / "ray", busy) == []  # no shard of the busy cell ran
+    assert len(cell_log_files(tmp_path / "ray", free)) >= 1  # shards keep their own files
+    # The driver released every lock when it finished.
+    with cell_lock(tmp_path / "ray" / free.log_name()):
+        pass
+    with pytest.raises(CellBusyError), cell_lock(tmp_path / "ray" / free.log_name()), cell_lock(tmp_path / "ray" / free.log_name()):
+        pass

@@ -27,6 +27,7 @@ import os
 import threading
 import time
 import uuid
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ from typing import Any
 from tqdm import tqdm
 
 import countgym
+from countgym.celllock import CellBusyError, cell_lock
 from countgym.errors import MissingExtraError, UserError
 from countgym.executors import cell_log_files, clear_cell, done_in_cell, done_in_files, shard_dir
 from countgym.logs import EpisodeRecord, LogWriter
@@ -124,6 +126,7 @@ def run_sweep_ray(
     out = Path(cfg.out)
     cells = expand(cfg)
     started = ensure_ray(address=address, num_cpus=num_cpus, runtime_env=runtime_env)
+    locks = ExitStack()  # the driver holds every cell's lock; shard tasks write their own files
     try:
         opts = {"max_retries": 2, **(task_options or {})}
         per_task = float(opts.get("num_cpus", 1) or 0)
@@ -131,7 +134,12 @@ def run_sweep_ray(
         slots = max(1, int(cpus // per_task)) if per_task > 0 else max(1, int(cpus))
         in_flight = max_in_flight or (slots if cfg.max_cost is not None else 2 * slots)
         run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
-        plans = [_plan_cell(i, spec, out, run_id, force, shard_size, slots) for i, spec in enumerate(cells)]
+        plans = [
+            _plan_cell(i, spec, out, run_id, force, shard_size, slots)
+            if _lock_cell(locks, out, spec, f"[{i + 1}/{len(cells)}]")
+            else _Plan(spec, CellResult(log=out / spec.log_name()), [])
+            for i, spec in enumerate(cells)
+        ]
         remote = ray.remote(_run_shard).options(**opts)
         if progress:
             n_ep = sum(len(s.pairs) for p in plans for s in p.shards)
@@ -139,9 +147,20 @@ def run_sweep_ray(
             print(f"ray: {len(plans)} cells, {n_ep} episodes to run in {n_sh} shards ({slots} slots)")
         _drive(ray, remote, plans, cfg, out, in_flight, progress)
     finally:
+        locks.close()
         if started:
             ray.shutdown()
     return [p.result for p in plans]
+
+
+def _lock_cell(locks: ExitStack, out: Path, spec: CellSpec, label: str) -> bool:
+    """Take the cell's lock for the whole sweep; False (with one line) when another process runs it."""
+    try:
+        locks.enter_context(cell_lock(out / spec.log_name()))
+    except CellBusyError as e:
+        print(f"{label} skipped: {e}")
+        return False
+    return True
 
 
 def _plan_cell(
