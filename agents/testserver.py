@@ -33,6 +33,7 @@ import argparse
 import base64
 import io
 import json
+import math
 import random
 import re
 import string
@@ -241,6 +242,28 @@ def estimate_usage(
     }
 
 
+# --- settings ------------------------------------------------------------------------------------
+def _check_settings(
+    port: Any, latency_s: Any, faults: dict[str, Any], retry_after: Any, timeout_sleep_s: Any
+) -> None:
+    """Raise ``ValueError`` (one line) for a setting the server cannot honour."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ValueError(f"port must be an integer from 0 to 65535 (0 = any free port), got {port!r}")
+    for name, v in (("latency", latency_s), ("retry-after", retry_after), ("timeout sleep", timeout_sleep_s)):
+        if not _finite_at_least_0(v):
+            raise ValueError(f"{name} must be a finite number of seconds >= 0, got {v!r}")
+    for kind, prob in faults.items():
+        if not (_finite_at_least_0(prob) and prob <= 1):
+            raise ValueError(f"fault probability of {kind} must be from 0 to 1, got {prob!r}")
+    total = sum(faults.values())
+    if total > 1 + 1e-9:
+        raise ValueError(f"fault probabilities add up to {total:g}; they must add up to at most 1")
+
+
+def _finite_at_least_0(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+
+
 # --- the HTTP server ----------------------------------------------------------------------------
 class TestServer:
     """A background-thread OpenAI-compatible server on 127.0.0.1 (context manager).
@@ -276,6 +299,7 @@ class TestServer:
         bad += [k for k in (schedule or []) if k not in (None, "ok", *FAULT_KINDS)]
         if bad:
             raise ValueError(f"unknown fault kind(s) {bad}; use {', '.join(FAULT_KINDS)}")
+        _check_settings(port, latency_s, faults or {}, retry_after, timeout_sleep_s)
         self.port = port
         self.latency_s = latency_s
         self.faults = dict(faults or {})
@@ -536,9 +560,17 @@ def _parse_faults(spec: str) -> dict[str, float]:
     return out
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a mistake as one line and exit code 2 (like ``countgym``)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.stderr.write(f"countgym testserver: error: {message} (see 'countgym testserver --help')\n")
+        sys.exit(2)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``countgym testserver``: serve until interrupted; prints the base URL first."""
-    ap = argparse.ArgumentParser(prog="countgym testserver", description=__doc__.splitlines()[0])
+    ap = _OneLineParser(prog="countgym testserver", description=__doc__.splitlines()[0])
     ap.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (0 = any free port)")
     ap.add_argument("--latency", type=float, default=0.0, help="simulated model latency in seconds")
     ap.add_argument(
@@ -558,8 +590,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             retry_after=args.retry_after,
         )
         srv.start()
-    except (ValueError, OSError) as e:
-        print(f"countgym testserver: {e}", file=sys.stderr)
+    except (ValueError, OSError, OverflowError) as e:
+        print(f"countgym testserver: error: {e}", file=sys.stderr)
         return 2
     print(f"countgym test server at {srv.base_url} (model: openai/blob)", flush=True)
     try:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from countgym.errors import UserError
+from countgym.limits import MAX_CONCURRENCY, MAX_REPEATS
 
 
 def _int_at_least(low: int, what: str) -> Any:
@@ -30,6 +31,33 @@ def _int_at_least(low: int, what: str) -> Any:
 
 _positive_int = _int_at_least(1, "a positive integer")
 _non_negative_int = _int_at_least(0, "an integer >= 0")
+
+
+def _int_between(low: int, high: int) -> Any:
+    """An argparse type for integers in ``[low, high]``."""
+    what = f"a positive integer up to {high}" if low == 1 else f"an integer from {low} to {high}"
+    at_least = _int_at_least(low, what)
+
+    def parse(v: str) -> int:
+        i = at_least(v)
+        if i > high:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {v!r}")
+        return i
+
+    return parse
+
+
+def _spend_cap(v: str) -> float:
+    """``--max-cost``: a finite amount of USD >= 0 (``-1``, ``nan`` and ``inf`` are mistakes)."""
+    import math
+
+    try:
+        x = float(v)
+    except ValueError:
+        x = math.nan
+    if not (math.isfinite(x) and x >= 0):
+        raise argparse.ArgumentTypeError(f"expected a spend cap in USD >= 0 (omit it for no cap), got {v!r}")
+    return x
 
 
 def _frame_size(v: str) -> Any:
@@ -93,11 +121,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--agent-option", action="append", default=[], metavar="KEY=VALUE",
                    help="policy constructor option (repeatable), e.g. omission=0.2")
     r.add_argument("--out", default="runs", help="run folder (default: runs)")
-    r.add_argument("--concurrency", type=_positive_int, default=1)
+    r.add_argument("--concurrency", type=_int_between(1, MAX_CONCURRENCY), default=1)
     r.add_argument("--limit", type=_positive_int, default=None)
-    r.add_argument("--repeats", type=_positive_int, default=1)
+    r.add_argument("--repeats", type=_int_between(1, MAX_REPEATS), default=1)
     r.add_argument("--seed", type=_non_negative_int, default=0)
-    r.add_argument("--max-cost", type=float, default=None, help="stop starting episodes at this spend (USD)")
+    r.add_argument("--max-cost", type=_spend_cap, default=None, help="stop starting episodes at this spend (USD)")
     r.add_argument("--force", action="store_true", help="discard this cell's log and run again")
     r.add_argument("--wait", action="store_true",
                    help="if another process is running this cell, wait for it, then resume")
@@ -362,6 +390,22 @@ COMMANDS = {
 }
 
 
+_PATH_MISTAKES = (FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError)
+
+
+def _path_error(e: OSError) -> str:
+    """An OS error about a path as one line with the fix."""
+    what = {
+        FileNotFoundError: "no such file or folder",
+        FileExistsError: "a file is in the way (a folder is needed there)",
+        NotADirectoryError: "a file is in the way (a folder is needed there)",
+        IsADirectoryError: "a folder is in the way (a file is needed there)",
+        PermissionError: "permission denied",
+    }.get(type(e), e.strerror or type(e).__name__)
+    path = e.filename if e.filename is not None else ""
+    return f"{what}: {path}" if path else str(what)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``countgym`` command."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -379,6 +423,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return COMMANDS[args.command](args)
     except UserError as e:
         print(f"countgym: error: {e}", file=sys.stderr)
+        return 2
+    except _PATH_MISTAKES as e:
+        # An --out that is a file, a folder without write permission, a missing path: the user's
+        # to fix, so one line and exit 2, like every other user mistake.
+        print(f"countgym: error: {_path_error(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("countgym: interrupted", file=sys.stderr)

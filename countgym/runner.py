@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import threading
 import traceback
@@ -27,6 +28,7 @@ from countgym.celllock import cell_lock
 from countgym.envs import templates as tpl
 from countgym.envs.actions import Reply
 from countgym.errors import UserError
+from countgym.limits import MAX_CONCURRENCY, MAX_REPEATS
 from countgym.logs import ArmSpec, EpisodeRecord, LogWriter, Truth, redact, utcnow
 from countgym.stimulus import Dataset
 
@@ -241,6 +243,18 @@ def run_pairs(
                 record(f.result())
 
 
+def _check_run_settings(spec: CellSpec, concurrency: int, max_cost: float | None) -> None:
+    """Library callers get the command line's checks: one-line ``UserError``s, before any episode."""
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or not 1 <= concurrency <= MAX_CONCURRENCY:
+        raise UserError(f"--concurrency must be an integer from 1 to {MAX_CONCURRENCY}, got {concurrency!r}")
+    if isinstance(spec.repeats, bool) or not isinstance(spec.repeats, int) or not 1 <= spec.repeats <= MAX_REPEATS:
+        raise UserError(f"--repeats must be an integer from 1 to {MAX_REPEATS}, got {spec.repeats!r}")
+    if spec.limit is not None and (isinstance(spec.limit, bool) or not isinstance(spec.limit, int) or spec.limit < 1):
+        raise UserError(f"--limit must be a positive integer, got {spec.limit!r}")
+    if max_cost is not None and not (isinstance(max_cost, int | float) and math.isfinite(max_cost) and max_cost >= 0):
+        raise UserError(f"--max-cost must be a spend cap in USD >= 0 (None for no cap), got {max_cost!r}")
+
+
 def run_cell(
     spec: CellSpec,
     out_dir: str | Path,
@@ -261,10 +275,7 @@ def run_cell(
     from countgym.agents.registry import policy_factory as make_factory
     from countgym.tasks import resolve_for
 
-    if concurrency < 1:
-        raise UserError(f"--concurrency must be >= 1, got {concurrency}")
-    if spec.repeats < 1:
-        raise UserError(f"--repeats must be >= 1, got {spec.repeats}")
+    _check_run_settings(spec, concurrency, max_cost)
     ds = dataset if dataset is not None else resolve_for(spec.agent, spec.dataset)
     factory = policy_factory or make_factory(spec.agent, spec.model, spec.agent_options, concurrency=concurrency)
     # Bad environment options are the user's mistake: fail before any episode, not per episode.

@@ -8,17 +8,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from PIL import Image
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, ValidationError, field_validator
 
 from countgym.errors import UserError
 
 MANIFEST = "manifest.jsonl"
-# Pillow's decompression-bomb guard stays on; user images larger than this raise.
+# Pillow's decompression-bomb guard stays on. Pillow itself only warns between 1x and 2x this
+# limit, so ``check_image_size`` refuses anything over it: user images above 64 MP raise.
 Image.MAX_IMAGE_PIXELS = 64_000_000
 
 
@@ -39,7 +41,7 @@ class Stimulus(BaseModel):
     """Relative path of the image (image tasks)."""
     frames: list[str] | None = None
     """Relative paths of the sampled frames (video tasks)."""
-    points: list[tuple[float, float]] | None = None
+    points: list[tuple[FiniteFloat, FiniteFloat]] | None = None
     """Ground-truth object centres in pixels of the stored image, when known."""
     meta: dict[str, Any] = Field(default_factory=dict)
     """Everything else: battery, set, arrangement, seed, factor, colour, shape, ..."""
@@ -68,10 +70,17 @@ class Dataset:
             raise UserError(
                 f"no {MANIFEST} in {self.root}: make one with 'countgym scenes make BATTERY --out DIR'"
             )
-        self.stimuli: list[Stimulus] = list(_read_manifest(manifest))
-        self._by_id = {s.id: s for s in self.stimuli}
-        if len(self._by_id) != len(self.stimuli):
-            raise UserError(f"{manifest}: duplicate stimulus ids")
+        self.stimuli: list[Stimulus] = []
+        self._by_id: dict[str, Stimulus] = {}
+        lines: dict[str, int] = {}
+        for lineno, stim in _read_manifest(manifest):
+            if stim.id in lines:
+                raise UserError(
+                    f"{manifest}:{lineno}: field 'id': duplicate stimulus id {stim.id!r} (first on line {lines[stim.id]})"
+                )
+            lines[stim.id] = lineno
+            self.stimuli.append(stim)
+            self._by_id[stim.id] = stim
         self._hashes: dict[str, str] = {}
 
     def __len__(self) -> int:
@@ -94,16 +103,29 @@ class Dataset:
         """Absolute path of a stimulus's image, checked to stay inside the folder."""
         if stimulus.image is None:
             raise UserError(f"stimulus {stimulus.id!r} has no image")
-        path = (self.root / stimulus.image).resolve()
+        return self.media_path(stimulus, stimulus.image, "image")
+
+    def media_path(self, stimulus: Stimulus, rel: str, what: str = "media") -> Path:
+        """Absolute path of a file a stimulus names (image, frame, mask), checked to stay inside
+        the folder and, when it exists, to be a regular file (a FIFO named ``x.png`` would block
+        the reader forever; a device or folder is no image either)."""
+        path = (self.root / rel).resolve()
         if self.root.resolve() not in path.parents:
-            raise UserError(f"stimulus {stimulus.id!r}: image path escapes the dataset folder")
+            raise UserError(f"stimulus {stimulus.id!r}: {what} path {rel!r} escapes the dataset folder")
+        if path.exists() and not path.is_file():
+            raise UserError(f"stimulus {stimulus.id!r}: {what} path {rel!r} is not a regular file")
         return path
 
     def load_image(self, stimulus: Stimulus) -> Image.Image:
-        """The stimulus image as RGB (decompression-bomb guard on)."""
+        """The stimulus image as RGB (decompression-bomb guard on: at most 64 MP)."""
         path = self.image_path(stimulus)
         try:
-            with Image.open(path) as im:
+            with warnings.catch_warnings():
+                # Pillow warns between 1x and 2x its limit; check_image_size refuses those.
+                warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+                im = Image.open(path)
+            with im:
+                check_image_size(im, path)
                 return im.convert("RGB")
         except FileNotFoundError:
             raise UserError(f"missing image {path} for stimulus {stimulus.id!r}") from None
@@ -116,21 +138,58 @@ class Dataset:
             h = hashlib.sha256()
             paths = [stimulus.image] if stimulus.image else list(stimulus.frames or [])
             for rel in paths:
-                h.update((self.root / rel).read_bytes())
+                h.update(self.media_path(stimulus, rel).read_bytes())
             self._hashes[stimulus.id] = h.hexdigest()
         return self._hashes[stimulus.id]
 
 
-def _read_manifest(path: Path) -> Iterator[Stimulus]:
-    with path.open(encoding="utf-8") as f:
+def check_image_size(im: Image.Image, path: str | Path) -> None:
+    """Refuse an image over ``Image.MAX_IMAGE_PIXELS`` (64 MP) before decoding it.
+
+    Pillow raises only above twice its limit (and warns below), so the stated limit is enforced
+    here, from the header alone."""
+    limit = Image.MAX_IMAGE_PIXELS
+    if limit is not None and im.width * im.height > limit:
+        raise UserError(
+            f"image {path} is {im.width} x {im.height} = {im.width * im.height / 1e6:.1f} MP, "
+            f"over the {limit / 1e6:g} MP limit (decompression-bomb guard); resize it"
+        )
+
+
+def _read_manifest(path: Path) -> Iterator[tuple[int, Stimulus]]:
+    """(line number, stimulus) for each non-blank line; a bad line is a ``UserError`` naming the
+    file, the line and the field."""
+    with path.open(encoding="utf-8", errors="surrogateescape") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
+            where = f"{path}:{lineno}: invalid manifest line"
             try:
-                yield Stimulus.model_validate(json.loads(line))
-            except (json.JSONDecodeError, ValidationError) as e:
-                first = str(e).splitlines()[0] if str(e) else type(e).__name__
-                raise UserError(f"{path}:{lineno}: invalid manifest line: {first}") from None
+                line.encode("utf-8")
+            except UnicodeEncodeError:
+                raise UserError(f"{where}: not UTF-8 text") from None
+            try:
+                data = json.loads(line)
+            except RecursionError:
+                raise UserError(f"{where}: nested too deeply to read") from None
+            except ValueError as e:  # bad JSON, or a number past Python's digit limit
+                raise UserError(f"{where}: {str(e).splitlines()[0][:200]}") from None
+            if not isinstance(data, dict):
+                raise UserError(f"{where}: expected a JSON object, got {type(data).__name__}")
+            try:
+                yield lineno, Stimulus.model_validate(data)
+            except (ValidationError, RecursionError) as e:
+                raise UserError(f"{where}: {_field_error(e)}") from None
+
+
+def _field_error(e: ValidationError | RecursionError) -> str:
+    """The first problem of a manifest line, naming its field: ``field 'n': Input should be ...``."""
+    if isinstance(e, RecursionError):
+        return "nested too deeply to read"
+    err = e.errors()[0]
+    loc = ".".join(str(x) for x in err["loc"])
+    msg = err["msg"].removeprefix("Value error, ")
+    return f"field {loc!r}: {msg}" if loc else msg
 
 
 def write_manifest(root: str | Path, stimuli: Iterable[Stimulus]) -> Path:

@@ -10,25 +10,62 @@ from __future__ import annotations
 import itertools
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from countgym.celllock import CellBusyError
 from countgym.errors import UserError
+from countgym.limits import MAX_CONCURRENCY, MAX_REPEATS
 from countgym.runner import CellResult, CellSpec, done_episodes, run_cell
 
-ABLATION_KEYS = {
-    "verify", "numbered", "order", "perturb", "extra_tools", "thinking", "reward", "tool_cost",
-    "blur_radius", "feather", "attention",  # CounterCount interventions (blur sweep of C.5.3)
-}
+Count = Annotated[int, Field(strict=True, ge=1)]
+NonNegative = Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)]
+
+
+
+class Ablation(BaseModel):
+    """One ablation: environment-option overrides of one cell, each checked for its type.
+
+    Values are strict: ``verify = "false"`` is an error, not a truthy string that keeps
+    verification on; numbers must be numbers and finite.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    verify: bool | None = None
+    """Verification prompt on/off (Give the Model a Finger, Section 3)."""
+    numbered: bool | None = None
+    """Numbered tags (True) or plain marks (False)."""
+    order: Literal["reading", "reverse"] | None = None
+    """Tag order asked for: reading order or its reverse."""
+    perturb: Literal["remove", "add"] | None = None
+    """Harness perturbation after the first tag call."""
+    extra_tools: list[str] | None = None
+    """Tools added to the tag loop (crop, erase, grid)."""
+    thinking: bool | None = None
+    """Reasoning on/off for model arms."""
+    reward: str | None = None
+    """Reward function name (``countgym.envs.rewards``)."""
+    tool_cost: Annotated[float, Field(strict=True, allow_inf_nan=False)] | None = None
+    """Reward cost per tool call."""
+    blur_radius: NonNegative | None = None
+    """CounterCount blur radius in pixels."""
+    feather: NonNegative | None = None
+    """CounterCount blur feathering in pixels."""
+    attention: str | None = None
+    """CounterCount attention-modulation config name."""
+
+
+ABLATION_KEYS = set(Ablation.model_fields)
 
 
 class SweepConfig(BaseModel):
-    """A sweep: the grid and how to run it. Unknown keys are errors (typos must not pass)."""
+    """A sweep: the grid and how to run it. Unknown keys are errors (typos must not pass); values
+    are strict (no string for a number or a flag, no float for an integer)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     out: str = "runs"
     """Run folder; each cell writes ``<out>/<cell>.jsonl``."""
@@ -40,16 +77,16 @@ class SweepConfig(BaseModel):
     """Model ids for model-backed arms (ignored by scripted policies)."""
     tool_sets: list[list[str]] | None = None
     """Tool sets to sweep (None: each arm's own)."""
-    budgets: list[int] | None = None
+    budgets: list[Annotated[int, Field(ge=0)]] | None = None
     """Budgets T to sweep (None: each arm's own)."""
     ablations: list[dict[str, Any]] = [{}]
-    """Environment-option overrides, one cell each: verify, numbered, order, perturb, ..."""
-    repeats: int = Field(1, ge=1)
-    limit: int | None = Field(None, ge=1)
-    seed: int = 0
-    concurrency: int = Field(1, ge=1)
-    max_cost: float | None = Field(None, ge=0)
-    """Sweep-wide spend cap in USD."""
+    """Environment-option overrides, one cell each (``Ablation``): verify, numbered, order, ..."""
+    repeats: Annotated[int, Field(ge=1, le=MAX_REPEATS)] = 1
+    limit: Count | None = None
+    seed: Annotated[int, Field(ge=0)] = 0
+    concurrency: Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)] = 1
+    max_cost: NonNegative | None = None
+    """Sweep-wide spend cap in USD (finite, >= 0)."""
     agent_options: dict[str, dict[str, Any]] = {}
     """Per-arm constructor options."""
     model_options: dict[str, dict[str, Any]] = {}
@@ -58,17 +95,16 @@ class SweepConfig(BaseModel):
     @field_validator("ablations")
     @classmethod
     def _known_ablations(cls, v: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        for a in v:
+        for i, a in enumerate(v):
             bad = set(a) - ABLATION_KEYS
             if bad:
                 raise ValueError(f"unknown ablation keys {sorted(bad)}; allowed: {sorted(ABLATION_KEYS)}")
-        return v
-
-    @field_validator("budgets")
-    @classmethod
-    def _budgets(cls, v: list[int] | None) -> list[int] | None:
-        if v is not None and any(b < 0 for b in v):
-            raise ValueError("budgets must be >= 0")
+            try:
+                Ablation.model_validate(a)
+            except ValidationError as e:
+                err = e.errors()[0]
+                key = ".".join(str(x) for x in err["loc"])
+                raise ValueError(f"ablation {i + 1}: {key} = {err['input']!r}: {err['msg']}") from None
         return v
 
 
@@ -81,17 +117,64 @@ def load_config(path: str | Path) -> SweepConfig:
         if p.suffix == ".toml":
             data = tomllib.loads(p.read_text())
         elif p.suffix in (".yaml", ".yml"):
-            data = yaml.safe_load(p.read_text())
+            data = load_yaml(p.read_text())
         else:
             raise UserError(f"sweep config must be .toml, .yaml or .yml, got {p.name}")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{p}: cannot parse: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        raise UserError(f"{p}: cannot parse: {where}{e.problem or e.context}") from None
     except (tomllib.TOMLDecodeError, yaml.YAMLError) as e:
         raise UserError(f"{p}: cannot parse: {str(e).splitlines()[0]}") from None
+    if data is not None and not isinstance(data, dict):
+        raise UserError(f"{p}: the top level must be a table of keys (datasets, arms, ...), got {type(data).__name__}")
     try:
         return SweepConfig.model_validate(data or {})
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
-        raise UserError(f"{p}: {loc}: {err['msg']}") from None
+        raise UserError(f"{p}: {loc}: {err['msg'].removeprefix('Value error, ')}") from None
+
+
+class _StrictYamlLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses aliases and duplicate keys.
+
+    Aliases are refused outright: a few hundred bytes of nested aliases expand to billions of
+    values when the config is validated (an "alias bomb"), and a sweep config never needs them.
+    A duplicate key would silently drop the first value, as a typo would.
+    """
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(
+                None, None, "YAML aliases (*name) are not allowed in a sweep config; write the values out",
+                event.start_mark,
+            )
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    duplicate = key in seen
+                except TypeError:
+                    continue  # unhashable: the base class reports it
+                if duplicate:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r}", key_node.start_mark
+                    )
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml(text: str) -> Any:
+    """Parse a YAML config: safe types only, no aliases, no duplicate keys."""
+    return yaml.load(text, Loader=_StrictYamlLoader)  # noqa: S506 - a SafeLoader subclass
 
 
 def expand(cfg: SweepConfig) -> list[CellSpec]:

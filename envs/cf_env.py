@@ -526,7 +526,8 @@ class CounterCountEnv(gym.Env):
         w, h = size
         rel = stim.meta.get("mask")
         if rel:
-            mask = load_mask(str(self.dataset.root / rel), size=(w, h))
+            # Inside the dataset folder and a regular file, like every image path.
+            mask = load_mask(str(self.dataset.media_path(stim, str(rel), "mask")), size=(w, h))
             return mask_bb(mask, box)
         return box_mask(box, (h, w))
 

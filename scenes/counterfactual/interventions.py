@@ -68,7 +68,10 @@ def mask_bb(mask: np.ndarray, box: Box) -> np.ndarray:
 
 def load_mask(path: str, size: tuple[int, int] | None = None) -> np.ndarray:
     """A mask PNG as a boolean array (non-zero = inside), resized (nearest) to ``size`` = (w, h)."""
+    from countgym.stimulus import check_image_size
+
     with Image.open(path) as im:
+        check_image_size(im, path)
         m = im.convert("L")
         if size is not None and m.size != tuple(size):
             m = m.resize(tuple(size), Image.Resampling.NEAREST)

@@ -21,6 +21,7 @@ import io
 import os
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import warnings
 from collections.abc import Iterable
@@ -66,6 +67,24 @@ class RejectedImage(ValueError):
 
 class _Transient(Exception):
     """A failure worth retrying."""
+
+
+ALLOWED_SCHEMES = ("http", "https")
+"""The only URL schemes fetched, for the listed URL and for every redirect it leads to."""
+
+
+class _HttpOnlyRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows redirects only to http(s): urllib's own handler also follows ``ftp://``, which the
+    listed URLs are refused for."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]  # noqa: ANN001, ANN201
+        scheme = urllib.parse.urlsplit(newurl).scheme.lower()
+        if scheme not in ALLOWED_SCHEMES:
+            raise RejectedImage(f"redirected to a {scheme or 'schemeless'} URL (only http(s) is fetched)")
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+_OPENER = urllib.request.build_opener(_HttpOnlyRedirects)
 
 
 def download_images(
@@ -149,7 +168,7 @@ def _fetch_one(
 def _get(url: str, *, timeout: float, max_bytes: int) -> bytes:
     req = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - scheme checked
+        with _OPENER.open(req, timeout=timeout) as resp:  # scheme checked, redirects too
             declared = resp.headers.get("Content-Length")
             if declared and declared.isdigit() and int(declared) > max_bytes:
                 raise RejectedImage(f"too large ({declared} bytes > {max_bytes})")
