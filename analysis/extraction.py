@@ -9,8 +9,9 @@ CounterCount judge, both cached on disk.
   produced the reply, in its baseline configuration (the run's model id and endpoint with the
   backend's default decoding); ``--judge MODEL`` overrides it.
 
-Resolved episodes get ``answer``, ``end="answer"`` and ``extracted_by`` = ``parser`` or
-``judge``, so every table (``episodes.csv``, ``summary.csv``, the task sections) scores them.
+Video episodes logged before ``extracted_by`` existed, and left without a count, are read again
+with today's rules first (``extracted_by = rule`` when they now give one). Resolved episodes get
+``answer``, ``end="answer"`` and ``extracted_by`` = ``parser`` or ``judge``, so every table (``episodes.csv``, ``summary.csv``, the task sections) scores them.
 A failed model call leaves its reply unresolved and is not cached (a later audit retries);
 after the first failure a backend is not called again in that audit (one note says so), so an
 unreachable endpoint cannot stall the audit.
@@ -80,6 +81,9 @@ def resolve_answers(
     backends = _Backends(make_backend, res, warn)
     for i, rec in enumerate(res.records):
         task = rec.env_options.get("task")
+        if task == "video" and rec.extracted_by is None and _parser_candidate(rec):
+            # A log from before these rules: read its reply again with today's rules.
+            rec = res.records[i] = _reread_video(rec, ds_cache)
         if parser is not None and task == "video" and _parser_candidate(rec):
             question = _video_question(rec, ds_cache)
             prompt = vt.PARSER.format(question=question, response=rec.steps[0].reply)
@@ -144,17 +148,38 @@ def _resolved(rec: EpisodeRecord, value: int, by: str) -> EpisodeRecord:
     return rec.model_copy(update={"answer": value, "end": "answer", "extracted_by": by, "steps": steps})
 
 
+def _reread_video(rec: EpisodeRecord, cache: dict[str, Any]) -> EpisodeRecord:
+    from countgym.envs.extract import Target, extract_count
+
+    stim = _stimulus(rec, cache)
+    target = None
+    if stim is not None and stim.meta.get("shape"):
+        color = stim.meta.get("color")
+        target = Target(str(stim.meta["shape"]), str(color) if color else None)
+    found = extract_count(rec.steps[0].reply, question=_video_question(rec, cache), target=target)
+    if found.value is None:
+        return rec
+    return _resolved(rec, found.value, "rule")
+
+
 # --------------------------------------------------------------------------- questions
-def _video_question(rec: EpisodeRecord, cache: dict[str, Any]) -> str:
-    """The question the episode asked (from the stimulus metadata and the prompt option)."""
-    prompt = vt.PROMPTS.get(str(rec.env_options.get("prompt", "P1")), vt.PROMPTS["P1"])
+def _stimulus(rec: EpisodeRecord, cache: dict[str, Any]) -> Any:
+    """The episode's stimulus, or None when its dataset cannot be found."""
     try:
         from countgym.scenes import resolve_dataset
 
         if rec.dataset not in cache:
             cache[rec.dataset] = resolve_dataset(rec.dataset)
-        stim = cache[rec.dataset][rec.stimulus_id]
-    except Exception:  # noqa: BLE001 - the dataset moved: ask about "objects"
+        return cache[rec.dataset][rec.stimulus_id]
+    except Exception:  # noqa: BLE001 - the dataset moved
+        return None
+
+
+def _video_question(rec: EpisodeRecord, cache: dict[str, Any]) -> str:
+    """The question the episode asked (from the stimulus metadata and the prompt option)."""
+    prompt = vt.PROMPTS.get(str(rec.env_options.get("prompt", "P1")), vt.PROMPTS["P1"])
+    stim = _stimulus(rec, cache)
+    if stim is None:  # the dataset moved: ask about "objects"
         return prompt.replace("{color} {shape}s", "objects")
     shape, color = stim.meta.get("shape"), stim.meta.get("color")
     if shape and color:

@@ -144,3 +144,23 @@ def test_option_flags_need_their_model(tmp_path: Path, capsys: pytest.CaptureFix
     for args in (["--parser-option", "api_base=x"], ["--judge-option", "api_base=x"], ["--no-judge", "--judge", "openai/x"]):
         assert main(["audit", str(tmp_path), "--out", str(tmp_path / "o"), *args]) == 2
         assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_old_video_logs_are_read_again_with_todays_rules(tmp_path: Path, video_data: Path) -> None:
+    import json
+
+    spec = CellSpec(dataset=str(video_data), agent="video-p1", model="scripted-video")
+    res = run_cell(spec, tmp_path / "runs", policy_factory=_replier("I count 2 of them across the 10 frames."), progress=False)
+    assert all(r.answer == 2 and r.extracted_by == "rule" for r in read_records([res.log]))
+    # The same replies as an older version logged them: no extracted_by, no answer.
+    lines = []
+    for line in res.log.read_text().splitlines():
+        rec = json.loads(line)
+        rec.pop("extracted_by")
+        rec.update(answer=None, end="invalid")
+        rec["steps"][0].update(action=None, parse_error="several incompatible numbers in the reply (2, 10)")
+        lines.append(json.dumps(rec))
+    res.log.write_text("\n".join(lines) + "\n")
+    assert main(["audit", str(tmp_path / "runs"), "--out", str(tmp_path / "a"), "--viewer-episodes", "0"]) == 0
+    eps = _episodes(tmp_path / "a")
+    assert (eps["answer"] == 2).all() and (eps["extracted_by"] == "rule").all()

@@ -151,6 +151,10 @@ VIDEO_REPLIES: list[tuple[str, int | None]] = [
     ("16 red cubes in total.", 16),
     ("<think>Frame 1 has 3, frame 2 has 4.</think>There are 4 red cubes.", 4),
     ("1. Look at each frame.\n2. Count the red cubes.\nThere are 13 red cubes.", 13),
+    ("There are 12 objects in total, 5 of which are red cubes.", 5),
+    ("In total, there are 10 shapes: 4 red cubes and 6 blue spheres.", 4),
+    ("In total there are 3 blue spheres and 5 red cubes.", 5),
+    ("The video is 1920x1080 and shows 8 red cubes.", 8),
     # no committed count: NaN
     ("Frame 1: 4 red cubes. Frame 2: 5 red cubes.", None),
     ("There are between 20 and 25 red cubes.", None),
