@@ -24,8 +24,8 @@ can go to the optional model parser at audit time (``countgym audit --parser MOD
 3. ``ANSWER:`` lines (also ``Final answer:``) win; the last one decides: exactly one count in it.
 4. Otherwise the last count in a total or final phrase (``in total there are 23``, ``a total of
    23``, ``the answer is 23``, ``23 ... altogether``) decides.
-5. Otherwise the counts bound to the queried object (``23 red cubes``, ``no red cubes``) decide
-   when they agree; per-frame tallies that disagree are no answer.
+5. Otherwise the counts bound to the queried object (``23 red cubes``, ``no red cubes``; a bare
+   ``None.`` is 0) decide when they agree; per-frame tallies that disagree are no answer.
 6. Otherwise the remaining numbers decide when they agree (``23.``); several incompatible values,
    a bound (``more than 20``, ``20+``) or a number that is not a count (``7.5``) is no answer.
 7. With ``options`` (MCQ), a run of three or more options in a row is an echo of the option list
@@ -233,6 +233,7 @@ _TOTAL_AFTER = re.compile(
 )
 _BOUND_WORDS = ("than", "least", "most", "over", "under", "up", "above", "below")
 _TOTAL_WORDS = ("total", "all", "overall", "answer", "count", "sum", "number", "tally")
+_NONE_REPLY = re.compile(r"\W*(?:there\s+are\s+|i\s+see\s+)?none(?:\s+at\s+all)?\W*", re.IGNORECASE)
 _SEPARATOR = re.compile(r"^\s*(?:,|/|or|and|,\s*or|,\s*and)?\s*$", re.IGNORECASE)
 
 
@@ -268,6 +269,8 @@ def extract_count(
     if not text.strip():
         return ExtractResult(None, "empty reply")
     body = _clean(text, question)
+    if _NONE_REPLY.fullmatch(body):
+        return ExtractResult(0, "the reply is 'none'")
     lines = [m for m in _ANSWER_LINE.finditer(body)]
     if lines:
         line = lines[-1]

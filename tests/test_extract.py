@@ -129,6 +129,7 @@ VIDEO_REPLIES: list[tuple[str, int | None]] = [
     ("There is one red cube.", 1),
     ("There is only 1 red cube visible.", 1),
     ("There are no red cubes in this video.", 0),
+    ("None.", 0),
     ("I see 4 cubes.", 4),
     ("In frame 3 I can see 5 red cubes.", 5),
     ("Across frames 1-10 there are 9 red cubes.", 9),
