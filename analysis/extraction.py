@@ -119,6 +119,10 @@ def resolve_answers(
                 res.judged += 1
             else:
                 res.unresolved += 1
+    if not res.judge_models and any(r.env_options.get("task") == "countercount" for r in res.records):
+        # Say which judge applies even when no reply needed one.
+        label = "none" if judge is None else "each run's own model" if judge == SAME_MODEL else _model_id(judge)
+        res.judge_models.append(label)
     return res
 
 

@@ -93,6 +93,7 @@ def test_countercount_judge_defaults_to_the_runs_own_model(
 
         assert main(["audit", str(tmp_path / "runs"), "--out", str(tmp_path / "none"), "--no-judge", "--viewer-episodes", "0"]) == 0
         assert srv.request_count == 0 and _episodes(tmp_path / "none")["answer"].isna().all()
+        assert "judge: <b>none" in (tmp_path / "none" / "report.html").read_text()
 
         assert main(["audit", str(tmp_path / "runs"), "--out", str(tmp_path / "a"), "--viewer-episodes", "0"]) == 0
         assert srv.request_count == n and srv.last_request["model"] == "blob"
