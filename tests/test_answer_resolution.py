@@ -18,6 +18,8 @@ from countgym.envs.actions import Reply
 from countgym.logs import read_records
 from countgym.runner import CellSpec, run_cell
 
+pytestmark = pytest.mark.slow  # end to end: scenes, runs, several audits
+
 
 def _replier(text: str, provider: dict[str, Any] | None = None) -> Any:
     class Replier:

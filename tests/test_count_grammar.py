@@ -190,6 +190,7 @@ def test_100kb_replies_parse_fast(name: str) -> None:
     assert time.perf_counter() - start < 8.0  # quadratic parsers took 11-119 s per 100 KB
 
 
+@pytest.mark.slow
 def test_10mb_replies_are_bounded_in_every_env(video_ds: Dataset, cf_ds: Dataset, tiny_dataset: Dataset) -> None:
     tail = " I count 7 red cubes.\nANSWER: 7"
     reply = ("1 2 3 one of {\"tool\": " * 500_000)[: 10_000_000 - len(tail)] + tail
