@@ -233,6 +233,9 @@ _TOTAL_AFTER = re.compile(
 )
 _BOUND_WORDS = ("than", "least", "most", "over", "under", "up", "above", "below")
 _TOTAL_WORDS = ("total", "all", "overall", "answer", "count", "sum", "number", "tally")
+_QUESTION_OBJECT = re.compile(
+    r"\b(?:how\s+many|count\s+the|total\s+number\s+of)\s+(?:([a-z]+)\s+)?([a-z]+)s\b", re.IGNORECASE
+)
 _NONE_REPLY = re.compile(r"\W*(?:there\s+are\s+|i\s+see\s+)?none(?:\s+at\s+all)?\W*", re.IGNORECASE)
 _SEPARATOR = re.compile(r"^\s*(?:,|/|or|and|,\s*or|,\s*and)?\s*$", re.IGNORECASE)
 
@@ -261,13 +264,16 @@ def extract_count(
 ) -> ExtractResult:
     """The one count a reply commits to, or ``None`` with the reason (see the module rules).
 
-    ``target`` names the queried object, so counts of other objects are set aside."""
+    ``target`` names the queried object, so counts of other objects are set aside; without
+    it, the object is read from ``question`` when it has the CountVideoBench form."""
     if text is None:
         return ExtractResult(None, "empty reply")
     if not isinstance(text, str):
         return ExtractResult(None, f"not a text reply ({type(text).__name__})")
     if not text.strip():
         return ExtractResult(None, "empty reply")
+    if target is None and question:
+        target = target_from_question(question)
     body = _clean(text, question)
     if _NONE_REPLY.fullmatch(body):
         return ExtractResult(0, "the reply is 'none'")
@@ -288,6 +294,16 @@ def extract_count(
     if not rest and any(m.noun == "other" for m in live):
         return ExtractResult(None, "only counts of other objects in the reply")
     return _decide_plain(rest, options, where="reply", empty="no number in the reply")
+
+
+def target_from_question(question: str) -> Target | None:
+    """The queried object of a CountVideoBench-style question ("How many red cubes ...",
+    "Count the red cubes ...", "... total number of red cubes ..."), or None."""
+    m = _QUESTION_OBJECT.search(question[:500])
+    if m is None:
+        return None
+    first, noun = (m.group(1) or "").lower(), m.group(2).lower()
+    return Target(noun, first if first in _COLOR_WORDS else None)
 
 
 def strip_reasoning(text: str) -> str:

@@ -185,6 +185,21 @@ def test_video_replies(text: str, expected: int | None) -> None:
     assert res.reason
 
 
+@pytest.mark.parametrize(("text", "expected"), VIDEO_REPLIES)
+def test_video_replies_with_the_question_only(text: str, expected: int | None) -> None:
+    assert extract_count(text, question=Q).value == expected
+
+
+def test_target_from_question() -> None:
+    from countgym.envs.extract import target_from_question
+
+    assert target_from_question(Q) == RED_CUBE
+    assert target_from_question("Count the blue spheres shown in this video.") == Target("sphere", "blue")
+    assert target_from_question("What is the total number of green cubes in the video?") == Target("cube", "green")
+    assert target_from_question("How many cubes are in this video?") == Target("cube")
+    assert target_from_question("Describe the video.") is None
+
+
 def test_video_reasons_name_the_rule() -> None:
     assert "total" in extract_count("In total there are 23 red cubes.", target=RED_CUBE).reason
     assert "queried object" in extract_count("There are 23 red cubes.", target=RED_CUBE).reason
