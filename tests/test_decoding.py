@@ -17,7 +17,6 @@ from countgym.agents.backends.base import make_backend, message, text_part  # no
 from countgym.agents.backends.litellm_backend import LiteLLMBackend, _litellm  # noqa: E402
 from countgym.agents.cf_arm import parse_cf_arm  # noqa: E402
 from countgym.agents.testserver import TestServer  # noqa: E402
-from countgym.agents.video_arm import video_backend_options  # noqa: E402
 from countgym.cli import main  # noqa: E402
 from countgym.logs import read_records  # noqa: E402
 
@@ -89,6 +88,8 @@ def test_thinking_off_request_reports_no_reasoning_tokens(data: dict[str, Path],
 
 
 def test_arm_backend_options() -> None:
+    from countgym.agents.video_arm import video_backend_options
+
     assert video_backend_options("openai/gpt-5.4") == {"max_tokens": 1024, "reasoning": "default"}
     assert video_backend_options("hf:/m") == {"max_new_tokens": 1024}
     assert parse_cf_arm("cf-mcq").backend_options("hf:/m") == {
