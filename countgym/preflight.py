@@ -9,6 +9,8 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
+from PIL import Image
+
 from countgym.errors import UserError
 from countgym.stimulus import Dataset, Stimulus
 
@@ -44,6 +46,15 @@ def media_problem(ds: Dataset, stim: Stimulus, *, needs_image: bool) -> str | No
             return f"{stim.id!r}: {rel} is outside the dataset folder"
         if not path.is_file():
             return f"{stim.id!r}: {rel} is missing"
+    if stim.image:
+        # The header only (cheap): catches a saved error page or a zero-byte file; a truncated
+        # body still fails in its episode, and a run where every episode fails exits non-zero.
+        try:
+            with Image.open(ds.root / stim.image):
+                pass
+        except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
+            reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+            return f"{stim.id!r}: {stim.image} is not a readable image ({reason})"
     return None
 
 

@@ -88,6 +88,14 @@ def test_missing_images_fail_before_any_episode(tmp_path: Path, capsys: pytest.C
     assert main(["run", "--data", str(ds.root), "--agent", "blob-counter", "--out", str(out), "--no-progress", "--limit", "1"]) == 0
 
 
+def test_a_file_that_is_not_an_image_fails_before_any_episode(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    ds = make_tiny_dataset(tmp_path / "data")
+    ds.image_path(ds["row"]).write_text("<html>404 Not Found</html>")  # a dead link saved as the image
+    assert main(["run", "--data", str(ds.root), "--agent", "oracle", "--out", str(tmp_path / "r"), "--no-progress"]) == 2
+    err = _one_line_error(capsys)
+    assert "1 of 3 stimuli cannot be loaded" in err and "images/row.png is not a readable image" in err
+
+
 def test_image_task_on_a_manifest_without_images(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     root = tmp_path / "data"
     root.mkdir()
