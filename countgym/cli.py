@@ -348,7 +348,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         labels, common = describe_cells(cells)
         for cell, label in zip(cells, labels, strict=True):
             print(f"{cell.log_name()}  {label}")
-        print(f"{len(cells)} cells" + (f"; common options: {common}" if common else ""))
+        print(f"{len(cells)} cell{'s' if len(cells) != 1 else ''}" + (f"; common options: {common}" if common else ""))
         return 0
     if args.executor == "ray":
         from countgym.executors.ray_executor import run_sweep_ray
@@ -443,7 +443,6 @@ def _stdout_is_closed() -> bool:
         return True  # no way to look (captured stream, no poll): the usual cause is stdout
     poller.register(fd, select.POLLOUT)
     return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
-
 
 
 if __name__ == "__main__":
