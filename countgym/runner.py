@@ -126,9 +126,12 @@ def run_episode(
         budget=env.budget,
         options=env.options(),
     )
-    if getattr(policy, "uses_truth", False) and stim.points is not None:
-        sw, sh = env._episode["stored_size"]
-        pts = [(x * 1000.0 / sw, y * 1000.0 / sh) for x, y in (stim.points or [])]
+    if getattr(policy, "uses_truth", False):
+        # Count-only stimuli (no points) still hand over the count: points are then None.
+        pts = None
+        if stim.points is not None:
+            sw, sh = env._episode["stored_size"]
+            pts = [(x * 1000.0 / sw, y * 1000.0 / sh) for x, y in stim.points]
         policy.give_truth(pts, stim.n)
     if hasattr(policy, "seed") and callable(policy.seed):
         policy.seed(seed)
@@ -253,6 +256,7 @@ def run_cell(
 ) -> CellResult:
     """Run every (stimulus, repeat) of a cell not yet in its log; append each finished episode."""
     from countgym.agents.registry import policy_factory as make_factory
+    from countgym.preflight import check_cell
     from countgym.tasks import resolve_for
 
     if concurrency < 1:
@@ -263,6 +267,7 @@ def run_cell(
     factory = policy_factory or make_factory(spec.agent, spec.model, spec.agent_options, concurrency=concurrency)
     # Bad environment options are the user's mistake: fail before any episode, not per episode.
     make_env(ds, spec.resolved_env_options(), arm=spec.agent, model=spec.model or spec.agent).close()
+    check_cell(spec.agent, ds, ds.ids()[: spec.limit] if spec.limit is not None else ds.ids())
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     log = out / spec.log_name()
