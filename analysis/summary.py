@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .arms import OPTION_COLUMNS
 from .audit import AUDIT_LABELS, TAU_SCALES, scale_label
 from .bootstrap import bootstrap_ratios, percentile_interval
 from .distribution import prediction_perplexity, support_size
@@ -58,7 +59,7 @@ def summary_columns(
     """The columns ``summarize`` returns, in order."""
     sens = [f"{lab}_per100_{scale_label(s)}" for s in tau_scales for lab in AUDIT_LABELS]
     return [
-        *by, *_COUNTING_COLUMNS, *_RANGE_COLUMNS, "n_audited", "n_objects",
+        *by, *(k for k in OPTION_COLUMNS if k not in by), *_COUNTING_COLUMNS, *_RANGE_COLUMNS, "n_audited", "n_objects",
         *(f"{lab}_per100" for lab in AUDIT_LABELS),
         "cardinality_consistency", "pointing_error", "revision_rate", "tau_median", *sens,
     ]  # fmt: skip
@@ -180,6 +181,18 @@ def _audit_row(g: pd.DataFrame, tau_scales: Sequence[float]) -> dict[str, Any]:
     return row
 
 
+def _option_row(g: pd.DataFrame, keys: Sequence[str]) -> dict[str, Any]:
+    """The group's value of every option column (``a|b`` if the group mixes values)."""
+    row: dict[str, Any] = {}
+    for k in OPTION_COLUMNS:
+        if k in keys:
+            continue
+        vals = [] if k not in g else [v for v in g[k].tolist() if v is not None and not pd.isna(v)]
+        uniq = sorted({str(v) for v in vals})
+        row[k] = None if not uniq else vals[0] if len(uniq) == 1 else "|".join(uniq)
+    return row
+
+
 def _group_key_dict(keys: list[str], key: Any) -> dict[str, Any]:
     vals = key if isinstance(key, tuple) else (key,)
     return dict(zip(keys, vals, strict=True))
@@ -208,6 +221,7 @@ def summarize(
         rows.append(
             {
                 **_group_key_dict(keys, key),
+                **_option_row(g, keys),
                 **_counting_row(g, n_resamples, confidence, seed),
                 **_range_row(g, n_resamples, confidence, seed, r80_threshold),
                 **_audit_row(g, tau_scales),

@@ -328,7 +328,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     if args.dry_run:
         for cell in expand(cfg):
-            print(f"{cell.log_name()}  {cell.agent} {cell.model} on {cell.dataset} {cell.env_options}")
+            print(f"{cell.log_name()}  {cell.agent} {cell.model} on {cell.dataset} {cell.display_options()}")
         return 0
     if args.executor == "ray":
         from countgym.executors.ray_executor import run_sweep_ray

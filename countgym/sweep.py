@@ -138,7 +138,7 @@ def run_sweep(cfg: SweepConfig, *, progress: bool = True, force: bool = False) -
             if cap <= 0:
                 print(f"[{i}/{len(cells)}] {cell.log_name()}: skipped, sweep spend cap reached")
                 continue
-        print(f"[{i}/{len(cells)}] {cell.agent} {cell.model} on {cell.dataset} {cell.env_options}")
+        print(f"[{i}/{len(cells)}] {cell.agent} {cell.model} on {cell.dataset} {cell.display_options()}")
         res = run_cell(cell, out, concurrency=cfg.concurrency, max_cost=cap, force=force, progress=progress)
         spent[cell.log_name()] = res.cost
         results.append(res)
