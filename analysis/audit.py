@@ -41,7 +41,7 @@ TAU_SCALES: tuple[float, ...] = (0.75, 1.5)
 
 AUDIT_LABELS: tuple[str, ...] = ("on_target", "duplicate", "phantom", "omission")
 
-META_KEYS: tuple[str, ...] = ("battery", "subset", "set", "arrangement", "factor")
+META_KEYS: tuple[str, ...] = ("battery", "subset", "set", "arrangement", "factor", "shape", "color")
 """Stimulus ``meta`` keys copied into the episodes table (NA when a stimulus lacks one)."""
 
 CONTRACT_COLUMNS: tuple[str, ...] = (

@@ -161,7 +161,9 @@ def write_audit_files(
     }
     from countgym.analysis.task_sections import task_of_record, write_task_sections
 
-    task_paths, sections = write_task_sections(records, out, seed=seed, judge=judge)
+    task_paths, sections = write_task_sections(
+        records, out, seed=seed, judge=judge, episodes=tables.episodes
+    )
     fig_paths.update({p.stem: p for p in task_paths if p.suffix == ".png"})
     image_records = [r for r in records if task_of_record(r) == "image"]
     image_ids = {r.episode_id for r in image_records}
