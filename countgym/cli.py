@@ -132,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--parser-option", action="append", default=[], metavar="KEY=VALUE",
                    help="backend option for the parser (repeatable), e.g. api_base=...")
 
+    ls = sub.add_parser("list", help="every env id, battery, arm and config, with sizes and build costs")
+    ls.add_argument("--configs", default=None, help="folder of sweep configs (default: the checkout's configs/)")
+
     rp = sub.add_parser("replay", help="re-render one observation of a logged episode")
     rp.add_argument("runfile")
     rp.add_argument("--episode", required=True, help="episode id (or a unique suffix of it)")
@@ -408,7 +411,21 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_list(args: argparse.Namespace) -> int:
+    """``countgym list``: the catalogue of environments, batteries, arms and configs."""
+    from pathlib import Path
+
+    from countgym.catalog import render
+
+    folder = Path(args.configs) if args.configs else None
+    if folder is not None and not folder.is_dir():
+        raise UserError(f"--configs {folder}: no such folder")
+    sys.stdout.write(render(folder))
+    return 0
+
+
 COMMANDS = {
+    "list": cmd_list,
     "demo": cmd_demo,
     "run": cmd_run,
     "sweep": cmd_sweep,

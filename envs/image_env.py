@@ -88,8 +88,9 @@ class CountImageEnv(gym.Env):
     Every step: ``tags_added`` (pixels), ``tags_dropped``, ``calls_left``, ``view`` ("image" or
     "crop"), and ``action`` (the parsed action, JSON form) or ``parse_error`` (why the reply was
     invalid). Ground truth appears only once the episode has ended: ``truth`` (``{"n": ...}``),
-    ``stimulus_id``, ``end``, ``answer`` (absent when none was announced) and ``episode`` (the
-    full ``EpisodeRecord``). Keys are left out rather than set to None, so vector envs can batch
+    ``stimulus_id``, ``end``, ``answer`` (absent when none was announced) and ``episode_record``
+    (the full ``EpisodeRecord``). ``info["episode"]`` is left to Gymnasium's
+    ``RecordEpisodeStatistics``. Keys are left out rather than set to None, so vector envs can batch
     the info of sub-envs in different states.
 
     ## Arguments
@@ -154,7 +155,7 @@ class CountImageEnv(gym.Env):
         self.observation_space = gym.spaces.Dict(
             {"image": ImageSpace(MAX_LONG_SIDE), "text": MessageSpace(), "system": MessageSpace()}
         )
-        self.action_space = MessageSpace()
+        self.action_space = MessageSpace(accepts=(Reply, Tag, Crop, Erase, Grid, Answer))
 
         self.state: EpisodeState | None = None
         self.stimulus: Stimulus | None = None
@@ -296,7 +297,7 @@ class CountImageEnv(gym.Env):
                 stimulus_id=self.stimulus.id,  # type: ignore[union-attr]
                 end=st.end,
                 # The record as an object (not a dict), so vector envs keep it whole.
-                episode=self.episode_record(),
+                episode_record=self.episode_record(),
             )
             if st.answer is not None:
                 info["answer"] = st.answer
