@@ -91,6 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--order", choices=["reading", "reverse"], default=None)
     r.add_argument("--no-thinking", action="store_true", help="control: reasoning disabled (the lowest effort where a provider cannot disable it)")
     r.add_argument("--perturb", choices=["remove", "add"], default=None)
+    r.add_argument("--protocol", choices=["json", "native"], default=None,
+                   help="tool-loop arms: the paper's JSON action line (default) or native tool calls")
     r.add_argument("--agent-option", action="append", default=[], metavar="KEY=VALUE",
                    help="policy constructor option (repeatable), e.g. omission=0.2")
     r.add_argument("--out", default="runs", help="run folder (default: runs)")
@@ -229,6 +231,8 @@ def cell_from_args(args: argparse.Namespace) -> Any:
         ablations["order"] = args.order
     if args.perturb:
         ablations["perturb"] = args.perturb
+    if args.protocol:
+        ablations["protocol"] = args.protocol
     env_options = cell_env_options(args.agent, tools=args.tools, budget=args.budget, **ablations)
     agent_options = _parse_kv(args.agent_option)
     if args.no_thinking:

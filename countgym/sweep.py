@@ -20,6 +20,7 @@ from countgym.runner import CellResult, CellSpec, done_episodes, run_cell
 
 ABLATION_KEYS = {
     "verify", "numbered", "order", "perturb", "extra_tools", "thinking", "reward", "tool_cost",
+    "protocol",  # "native": the tool loop over native tool calls instead of JSON in the text
     "blur_radius", "feather", "attention",  # CounterCount interventions (blur sweep of C.5.3)
 }
 
