@@ -124,8 +124,11 @@ def expand(cfg: SweepConfig) -> list[CellSpec]:
     return cells
 
 
-def run_sweep(cfg: SweepConfig, *, progress: bool = True, force: bool = False) -> list[CellResult]:
-    """Run every cell (resuming), honouring the sweep-wide spend cap."""
+def run_sweep(
+    cfg: SweepConfig, *, progress: bool = True, force: bool = False, retry_errors: bool = True
+) -> list[CellResult]:
+    """Run every cell (resuming, transient errors re-run unless ``retry_errors`` is False),
+    honouring the sweep-wide spend cap."""
     out = Path(cfg.out)
     cells = expand(cfg)
     spent = {c.log_name(): done_episodes(out / c.log_name())[1] for c in cells}
@@ -139,7 +142,8 @@ def run_sweep(cfg: SweepConfig, *, progress: bool = True, force: bool = False) -
                 print(f"[{i}/{len(cells)}] {cell.log_name()}: skipped, sweep spend cap reached")
                 continue
         print(f"[{i}/{len(cells)}] {cell.agent} {cell.model} on {cell.dataset} {cell.env_options}")
-        res = run_cell(cell, out, concurrency=cfg.concurrency, max_cost=cap, force=force, progress=progress)
+        res = run_cell(cell, out, concurrency=cfg.concurrency, max_cost=cap, force=force, progress=progress,
+                       retry_errors=retry_errors)
         spent[cell.log_name()] = res.cost
         results.append(res)
     return results
