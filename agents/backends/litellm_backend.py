@@ -1,7 +1,7 @@
 """Hosted and OpenAI-compatible models through litellm, with our own retry loop.
 
-litellm is imported lazily on the first call (it takes seconds and, unless told otherwise,
-fetches a cost map over the network at import). Retries are ours (litellm and the OpenAI SDK
+litellm is imported lazily when the first backend is built (it takes seconds and, unless told
+otherwise, fetches a cost map over the network at import). Retries are ours (litellm and the OpenAI SDK
 are called with zero retries) so that the policy is explicit, bounded and testable: rate limits
 (honouring ``Retry-After``), 5xx, timeouts, dropped connections, malformed bodies and empty
 choices are retried with exponential backoff and jitter; auth errors, bad requests, context
@@ -159,6 +159,8 @@ class LiteLLMBackend(BaseChatModel):
             raise ValueError(f"timeout_s and episode_timeout_s must be > 0, got {timeout_s}, {episode_timeout_s}")
         register_secret(api_key)
         register_url_secrets(api_base)
+        # Import now (seconds), so that the first episode's deadline does not pay for it.
+        _litellm()
         self.model = model
         self.api_base = api_base
         self._api_key = api_key
