@@ -92,3 +92,19 @@ def test_errored_episodes_are_not_scored(tiny_dataset, tmp_path: Path) -> None:
     row = pd.read_csv(tmp_path / "audit" / "summary.csv").iloc[0]
     assert row["errors"] == 4 and row["n_episodes"] == 8
     assert row["em"] == 1.0 and row["coverage"] == 1.0 and row["mae"] == 0.0
+
+
+def test_spent_quota_without_retry_after_stops_too() -> None:
+    from countgym.agents.backends.litellm_backend import LiteLLMBackend
+    from countgym.errors import ProviderQuotaError
+
+    class RateLimit(Exception):
+        status_code = 429
+
+    be = LiteLLMBackend("openai/blob", api_base="http://127.0.0.1:9/v1", max_total_wait_s=60)
+    with pytest.raises(ProviderQuotaError, match="quota is spent"):
+        be._stop_on_quota(RateLimit(), None, "RateLimitError: You exceeded your current quota (insufficient_quota)")
+    with pytest.raises(ProviderQuotaError, match="61 s"):
+        be._stop_on_quota(RateLimit(), 61.0, "RateLimitError: slow down")
+    be._stop_on_quota(RateLimit(), 60.0, "RateLimitError: slow down")  # a wait we can afford: retried
+    be._stop_on_quota(RateLimit(), None, "RateLimitError: slow down")
