@@ -110,16 +110,19 @@ def policy_factory(
         from countgym.agents.arms import make_arm_policy
         from countgym.agents.backends import make_backend
         from countgym.agents.cf_arm import CFPolicy, is_cf_arm, make_cf_backend
+        from countgym.agents.video_arm import is_video_arm, make_video_backend
 
         try:
             if is_cf_arm(agent):
                 backend = make_cf_backend(agent, model, **options)
+            elif is_video_arm(agent):
+                backend = make_video_backend(model, **options)
             else:
                 backend = make_backend(model, **options)
         except TypeError as e:
             raise UserError(f"invalid backend option for {model!r}: {e}") from None
         provider = _provider_params(backend)
-        from countgym.agents.video_arm import VideoDirect, is_video_arm
+        from countgym.agents.video_arm import VideoDirect
 
         if is_video_arm(agent):
             if concurrency > 1 and model.startswith(("hf:", "local:")):

@@ -16,6 +16,7 @@ DIRECT                   ``ANSWER: n``
 COT                      a sentence of reasoning, then ``ANSWER: n``
 LIST                     ``{"points": [...]}`` then ``ANSWER: n``
 TILE                     a count sentence, ``{"points": [...]}`` in the crop's frame, ``ANSWER: k``
+video PARSER, CF JUDGE   the last integer of the quoted reply, or ``NaN`` when it has none
 anything else            ``ANSWER: n``
 =======================  =========================================================================
 
@@ -49,7 +50,9 @@ from PIL import Image
 
 from countgym.agents.backends.base import decode_data_url
 from countgym.agents.blobs import detect_blobs
+from countgym.envs import cf_templates as CT
 from countgym.envs import templates as T
+from countgym.envs import video_templates as VT
 
 FAULT_KINDS: tuple[str, ...] = (
     "429",
@@ -89,6 +92,8 @@ _DIRECT_RE = _template_regex(T.DIRECT)
 _COT_RE = _template_regex(T.COT)
 _LIST_RE = _template_regex(T.LIST)
 _TILE_RE = _template_regex(T.TILE)
+_PARSER_RE = _template_regex(VT.PARSER)
+_JUDGE_RE = _template_regex(CT.JUDGE)
 _ONE_POINT_MARK = T.ONE_POINT.split("{", 1)[0]  # "Tag exactly ONE "
 _BUDGET_MARK = T.BUDGET_EXHAUSTED.split("{", 1)[0]
 _JSON_LINE_RE = re.compile(r"\{.*\}")
@@ -196,6 +201,10 @@ def model_reply(messages: Sequence[dict[str, Any]]) -> str:
             return f"Tag {placed} looks right. Next one.\n{tag}"
         return f"Every object carries exactly one tag.\n{answer}"
 
+    # The answer parser and the judge: this "model" reads the last integer of the quoted reply.
+    if (hit := _PARSER_RE.search(last_user)) or (hit := _JUDGE_RE.search(last_user)):
+        numbers = re.findall(r"(?<!\d)\d+(?!\d)", hit.group("response"))
+        return numbers[-1] if numbers else "NaN"
     if hit := _TILE_RE.search(last_user):
         pts, _ = _normalised_blobs(last_image, _target_for(hit.group("obj")))
         line = json.dumps({"points": pts}, separators=(",", ":"))
@@ -257,7 +266,9 @@ class TestServer:
             does not change which request index fails).
         retry_after: value of the ``Retry-After`` header sent with 429s (seconds).
         timeout_sleep_s: how long a ``timeout`` fault stalls before answering normally.
-        reasoning_tokens: reasoning tokens reported per reply (included in completion tokens).
+        reasoning_tokens: reasoning tokens reported per reply (included in completion tokens);
+            0 for a request that turns reasoning off (``chat_template_kwargs.enable_thinking``
+            false, ``reasoning_effort`` "none", or OpenRouter's ``reasoning`` effort "none").
         trickle_interval_s: seconds between the body's bytes under a ``trickle`` fault.
     """
 
@@ -438,7 +449,7 @@ class _Handler(BaseHTTPRequestHandler):
                 },
             )
             return
-        usage = estimate_usage(messages, text, state.reasoning_tokens)
+        usage = estimate_usage(messages, text, 0 if _thinking_off(body) else state.reasoning_tokens)
         finish = "content_filter" if fault == "filter" else "stop"
         self._send_json(
             200,
@@ -513,6 +524,17 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(payload[i : i + 1])
             self.wfile.flush()
             time.sleep(trickle_s)
+
+
+def _thinking_off(body: dict[str, Any]) -> bool:
+    """True when the request turns reasoning off the way vLLM, OpenAI or OpenRouter accept."""
+    template = body.get("chat_template_kwargs") or {}
+    reasoning = body.get("reasoning") or {}
+    return (
+        (isinstance(template, dict) and template.get("enable_thinking") is False)
+        or body.get("reasoning_effort") == "none"
+        or (isinstance(reasoning, dict) and (reasoning.get("effort") == "none" or reasoning.get("enabled") is False))
+    )
 
 
 def _bearer(header: str) -> str:

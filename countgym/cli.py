@@ -88,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--no-verify", action="store_true", help="ablation: no verification prompt")
     r.add_argument("--plain-marks", action="store_true", help="ablation: tags without numbers")
     r.add_argument("--order", choices=["reading", "reverse"], default=None)
-    r.add_argument("--no-thinking", action="store_true", help="control: reasoning off / minimal effort")
+    r.add_argument("--no-thinking", action="store_true", help="control: reasoning disabled (the lowest effort where a provider cannot disable it)")
     r.add_argument("--perturb", choices=["remove", "add"], default=None)
     r.add_argument("--agent-option", action="append", default=[], metavar="KEY=VALUE",
                    help="policy constructor option (repeatable), e.g. omission=0.2")
@@ -124,9 +124,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="episodes in the report's trajectory viewer (0: no viewer; default 40)")
     a.add_argument("--resamples", type=_positive_int, default=2000, help="bootstrap resamples (default 2000)")
     a.add_argument("--judge", default=None, metavar="MODEL",
-                   help="CounterCount: resolve replies with several numbers with this model (cached)")
+                   help="CounterCount: judge replies with several numbers with this model instead of "
+                        "the run's own model (the paper's default); cached")
     a.add_argument("--judge-option", action="append", default=[], metavar="KEY=VALUE",
                    help="backend option for the judge (repeatable), e.g. api_base=...")
+    a.add_argument("--no-judge", action="store_true",
+                   help="CounterCount: leave replies with several numbers unresolved (no model calls)")
+    a.add_argument("--parser", default=None, metavar="MODEL",
+                   help="CountVideoBench: resolve replies the rules leave without a count with this "
+                        "model parser (the paper uses Qwen2.5-7B); cached")
+    a.add_argument("--parser-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="backend option for the parser (repeatable), e.g. api_base=...")
 
     rp = sub.add_parser("replay", help="re-render one observation of a logged episode")
     rp.add_argument("runfile")
@@ -289,15 +297,26 @@ def cmd_audit(args: argparse.Namespace) -> int:
     logs = find_logs(args.runs)
     if not logs:
         raise UserError(f"no episode logs (*.jsonl) found in {' '.join(args.runs)}")
-    judge = None
-    if args.judge:
-        from countgym.agents.backends import make_backend
+    from countgym.agents.backends import make_backend
+    from countgym.analysis.extraction import SAME_MODEL
 
+    if args.no_judge and (args.judge or args.judge_option):
+        raise UserError("--no-judge cannot be combined with --judge or --judge-option")
+    if args.judge_option and not args.judge:
+        raise UserError("--judge-option needs --judge MODEL (the default judge is the run's own model)")
+    if args.parser_option and not args.parser:
+        raise UserError("--parser-option needs --parser MODEL")
+    judge: Any = None if args.no_judge else SAME_MODEL
+    if args.judge:
         judge = make_backend(args.judge, **_parse_kv(args.judge_option))
+    parser = make_backend(args.parser, **_parse_kv(args.parser_option)) if args.parser else None
     files = write_audit_files(
         logs,
         Path(args.out),
         judge=judge,
+        parser=parser,
+        judge_backend=_baseline_judge,
+        warn=lambda line: print(f"warning: {line}", file=sys.stderr),
         n_resamples=args.resamples,
         report=True,
         viewer=ViewerOptions(max_episodes=args.viewer_episodes),
@@ -309,6 +328,18 @@ def cmd_audit(args: argparse.Namespace) -> int:
         shown = f" (viewer: {files.viewer_shown} of {files.viewer_total} episodes)" if files.viewer_total else ""
         print(f"report: {files.report}{shown}")
     return 0
+
+
+def _baseline_judge(model: str, api_base: str | None) -> Any:
+    """The CounterCount judge of *CounterCount* Section 3: the run's own model in its baseline
+    configuration (the baseline arm's decoding, the run's endpoint). An API judge retries
+    briefly, so an endpoint that is gone cannot stall an audit."""
+    from countgym.agents.cf_arm import make_cf_backend
+
+    options: dict[str, Any] = {"api_base": api_base} if api_base else {}
+    if not model.startswith(("hf:", "local:")):
+        options.update(max_attempts=2, max_total_wait_s=10.0, timeout_s=60.0)
+    return make_cf_backend("cf-mcq", model, **options)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:

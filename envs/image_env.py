@@ -17,6 +17,7 @@ from countgym.envs.common import (
     new_episode,
     pick_stimulus_id,
     resolve_dataset_arg,
+    set_reply,
     stimulus_pool,
 )
 from countgym.envs.parser import ParseResult, parse_action
@@ -31,7 +32,9 @@ from countgym.stimulus import Dataset, Stimulus
 MAX_LONG_SIDE = 1024
 MAX_POINTS_PER_CALL = 100
 MAX_TAGS_PER_TRAJECTORY = 300
-MAX_INVALID_IN_A_ROW = 3
+MAX_REISSUES = 3
+"""Re-issue requests per run of invalid replies (Give the Model a Finger, App. C: "at most three
+times"); the next invalid reply in a row ends the episode."""
 TAG1_BUDGET = 80
 
 Prompt = Literal["tools", "direct", "cot", "list", "tiles"]
@@ -77,8 +80,9 @@ class CountImageEnv(gym.Env):
     ## Episode End
     - Termination: an ``answer`` action.
     - Truncation: the budget is spent and the one further request was not answered with a number
-      (the announced count is the number of tags, ``end="budget"``); three invalid replies in a row
-      (no count, ``end="invalid"``); a failed model call (``Reply.error``, ``end="error"``).
+      (the announced count is the number of tags, ``end="budget"``); a fourth invalid reply in a
+      row, after three re-issue requests (no count, ``end="invalid"``); a failed model call
+      (``Reply.error``, ``end="error"``).
 
     ## Information
     Every step: ``tags_added`` (pixels), ``tags_dropped``, ``calls_left``, ``view`` ("image" or
@@ -186,11 +190,15 @@ class CountImageEnv(gym.Env):
             raise RuntimeError("the episode has ended (or never started); call reset()")
         st = self.state
         rec = StepRecord(index=len(self._steps))
+        # A reply is stored and parsed within REPLY_LIMIT (its tail); the rest is its length and hash.
+        to_parse: Any = action
         if isinstance(action, Reply):
             rec.usage, rec.cost, rec.latency_s = action.usage, action.cost, action.latency_s
-            rec.reply = action.text
+            text = set_reply(rec, action.text) if isinstance(action.text, str) else None
+            if action.action is None:
+                to_parse = text
         elif isinstance(action, str):
-            rec.reply = action
+            to_parse = set_reply(rec, action)
 
         reward = 0.0
         terminated = truncated = False
@@ -204,7 +212,7 @@ class CountImageEnv(gym.Env):
             truncated = True
             parsed = ParseResult(None, None)
         else:
-            parsed = parse_action(action, tools=self.tools)
+            parsed = parse_action(to_parse, tools=self.tools)
             rec.action = action_to_dict(parsed.action) if parsed.action is not None else None
             rec.parse_error = parsed.error
 
@@ -222,9 +230,11 @@ class CountImageEnv(gym.Env):
         elif parsed.action is None:
             st.invalid_in_a_row += 1
             message = tpl.INVALID.format(left=st.calls_left)
-            if self.prompt in ("direct", "cot", "list") or st.invalid_in_a_row >= MAX_INVALID_IN_A_ROW:
+            if self.prompt in ("direct", "cot", "list") or st.invalid_in_a_row > MAX_REISSUES:
+                # Nothing more goes to the model: no re-issue request for this reply.
                 st.end, st.answer = "invalid", None
                 truncated = True
+                message = ""
         else:
             st.invalid_in_a_row = 0
             act = parsed.action
