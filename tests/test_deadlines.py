@@ -63,7 +63,7 @@ def test_trickling_reply_ends_each_attempt_at_its_deadline(monkeypatch: pytest.M
         assert srv.request_count == 2
     assert r.text == "" and r.error is not None and is_transient_error(r.error)
     assert "within 3.0 s" in r.error and "deadline" in r.error
-    assert 6.0 <= elapsed < 10.0  # two attempts of 3 s, plus the cancellation
+    assert 6.0 <= elapsed < 15.0  # two attempts of 3 s, plus the cancellation (on a busy machine)
 
 
 def test_episode_deadline_bounds_all_calls_of_an_episode(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -81,7 +81,7 @@ def test_episode_deadline_bounds_all_calls_of_an_episode(monkeypatch: pytest.Mon
         t0 = time.monotonic()
         first, second, batch = finishes_within(30, episode)
         elapsed = time.monotonic() - t0
-    assert 3.9 <= elapsed < 8.0
+    assert 3.9 <= elapsed < 12.0
     for r in (first, second, *batch):
         assert r.error is not None and is_transient_error(r.error)
     assert "episode deadline" in second.error and all("episode deadline" in r.error for r in batch)
@@ -165,5 +165,5 @@ def test_download_ends_a_trickling_transfer_at_its_deadline(trickle_site, where:
     assert rep.downloaded == 0 and not rep.dead
     assert [u for u, _ in rep.failed] == [url]
     assert "deadline" in rep.failed[0][1] and "after 2 attempts" in rep.failed[0][1]
-    assert 6.0 <= elapsed < 10.0
+    assert 6.0 <= elapsed < 15.0  # two attempts of 3 s (on a busy machine)
     assert not list(tmp_path.iterdir())  # nothing half-written
