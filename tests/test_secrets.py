@@ -108,3 +108,27 @@ def test_rotating_a_key_resumes_the_same_cell(tiny_dataset, tmp_path: Path) -> N
     assert run_cell(a, tmp_path, policy_factory=EchoPolicy, progress=False).ran == 3
     again = run_cell(b, tmp_path, policy_factory=EchoPolicy, progress=False)
     assert again.ran == 0 and again.skipped == 3
+
+
+def test_a_judge_that_echoes_a_key_is_cached_without_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from countgym.analysis.cf import cf_frame, judge_ambiguous
+    from countgym.envs.cf_env import CounterCountEnv
+    from countgym.scenes.counterfactual import make_countercount
+    from countgym.stimulus import Dataset
+
+    monkeypatch.setenv("OPENAI_API_KEY", ENV_KEY)
+    ds = Dataset(make_countercount(tmp_path / "cf", limit=1, progress=False))
+    env = CounterCountEnv(ds, arm="cf-mcq", model="m")
+    sid = ds.ids()[0]
+    env.reset(seed=0, options={"stimulus_id": sid})
+    env.step("maybe 7 or 9")
+
+    class Judge:
+        model = "judge-model"
+
+        def complete(self, messages: list[dict]) -> Reply:
+            return Reply(text=f"7 (and my key is {ENV_KEY})")
+
+    judge_ambiguous(cf_frame([env.episode_record()], ds), Judge(), dataset=ds, cache_dir=tmp_path / "j")
+    cached = all_text(tmp_path / "j")
+    assert "my key is ***" in cached and ENV_KEY not in cached
