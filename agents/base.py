@@ -4,7 +4,10 @@ A policy is any object with ``reset(first_observation, task)`` and ``act(observa
 returning reply text, a ``Reply`` or a typed action; ``act_batch(observations)`` is optional.
 A policy never sees ground truth: ``Task`` carries only what a counting subject may know.
 Scripted reference policies that need the truth (``oracle``, ``noisy-pointer``) declare
-``uses_truth = True`` and the runner hands them the points explicitly via ``give_truth``.
+``uses_truth = True`` and the runner hands them the points explicitly via
+``give_truth(points, n)`` (``points`` is None on a count-only stimulus); one that cannot work
+without points also declares ``needs_points = True`` and a count-only dataset is refused before
+the first episode.
 """
 
 from __future__ import annotations

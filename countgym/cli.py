@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import select
 import sys
 import warnings
 from collections.abc import Sequence
@@ -282,11 +283,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     if res.stopped_by_cost:
         msg += f" (stopped at the spend cap: ${res.cost:.4f})"
     print(msg)
-    from countgym.secrets import scrub_text
-
+    if all_failed(res):
+        print(f"countgym: error: {failure_summary(res)}", file=sys.stderr)
+        return 1
     for line in res.error_messages[:5]:
-        print(f"  error: {scrub_text(line)}", file=sys.stderr)
+        print(f"  error: {_scrub(line)}", file=sys.stderr)
     return 0
+
+
+def all_failed(res: Any) -> bool:
+    """Every episode this invocation ran ended in error (a cell that ran nothing has not failed)."""
+    return res.ran > 0 and res.errors == res.ran
+
+
+def failure_summary(res: Any) -> str:
+    """One line for a cell whose episodes all failed: how many, the first error, the log."""
+    first = res.error_messages[0].splitlines()[0] if res.error_messages else "no message"
+    if len(first) > 200:
+        first = first[:197] + "..."
+    return _scrub(f"all {res.ran} episodes ended in error (first: {first}); they are recorded in {res.log}")
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
@@ -363,12 +378,15 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from countgym.sweep import expand, load_config, run_sweep
+    from countgym.sweep import describe_cells, expand, load_config, run_sweep
 
     cfg = load_config(args.config)
     if args.dry_run:
-        for cell in expand(cfg):
-            print(f"{cell.log_name()}  {cell.agent} {cell.model} on {cell.dataset} {cell.env_options}")
+        cells = expand(cfg)
+        labels, common = describe_cells(cells)
+        for cell, label in zip(cells, labels, strict=True):
+            print(f"{cell.log_name()}  {label}")
+        print(f"{len(cells)} cell{'s' if len(cells) != 1 else ''}" + (f"; common options: {common}" if common else ""))
         return 0
     if args.executor == "ray":
         from countgym.executors.ray_executor import run_sweep_ray
@@ -382,6 +400,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     errors = sum(r.errors for r in results)
     cost = sum(r.cost for r in results)
     print(f"{len(results)} cells, {ran} episodes run, {errors} errors, ${cost:.4f} recorded -> {cfg.out}")
+    failed = [r for r in results if all_failed(r)]
+    if failed:
+        print(
+            f"countgym: error: {len(failed)} of {len(results)} cells failed entirely; {failure_summary(failed[0])}",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
@@ -401,6 +426,18 @@ COMMANDS = {
 }
 
 
+def _stdout_closed() -> int:
+    """The reader of our output went away (``countgym ... | head -1``): stop quietly, as Unix
+    tools do (exit 141 = 128 + SIGPIPE), and keep Python from complaining when it flushes
+    stdout at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (AttributeError, OSError, ValueError):
+        pass
+    return 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``countgym`` command."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -413,21 +450,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Warnings (e.g. a skipped corrupt log line) are one line each, like errors.
     warnings.formatwarning = lambda msg, *a, **k: f"countgym: warning: {msg}\n"
     try:
-        if args.command == "scenes":
-            return cmd_scenes_make(args)
-        return COMMANDS[args.command](args)
+        rc = cmd_scenes_make(args) if args.command == "scenes" else COMMANDS[args.command](args)
+        sys.stdout.flush()  # a reader that went away shows here, not in Python's exit handler
+        return rc
     except UserError as e:
         print(f"countgym: error: {_scrub(str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("countgym: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError as e:
+        if _stdout_is_closed():
+            return _stdout_closed()
+        return _internal_error(e)
     except Exception as e:  # noqa: BLE001 - last resort: one line, exit 1
-        if os.environ.get("COUNTGYM_DEBUG"):
-            raise
-        print(f"countgym: internal error: {type(e).__name__}: {_scrub(str(e))} (set COUNTGYM_DEBUG=1 for a traceback)",
-              file=sys.stderr)
-        return 1
+        return _internal_error(e)
+
+
+def _internal_error(e: Exception) -> int:
+    if os.environ.get("COUNTGYM_DEBUG"):
+        raise e
+    print(f"countgym: internal error: {type(e).__name__}: {_scrub(str(e))} (set COUNTGYM_DEBUG=1 for a traceback)",
+          file=sys.stderr)
+    return 1
+
+
+def _stdout_is_closed() -> bool:
+    """Whether the broken pipe is our stdout (its reader left), not a socket or a child's pipe."""
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+    except (AttributeError, OSError, ValueError):
+        return True  # no way to look (captured stream, no poll): the usual cause is stdout
+    poller.register(fd, select.POLLOUT)
+    return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
 
 
 def _scrub(text: str) -> str:

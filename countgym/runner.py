@@ -56,6 +56,16 @@ class CellSpec:
 
         return {**base_env_options(self.agent), **self.env_options}
 
+    def display_options(self) -> dict[str, Any]:
+        """The resolved environment options spelled as the log spells them (the tool list in
+        the environment's order, ``answer`` included), for the dry-run and progress lines."""
+        from countgym.envs.actions import canonical_tools
+
+        opts = self.resolved_env_options()
+        if "tools" in opts:
+            opts["tools"] = canonical_tools(opts["tools"])
+        return opts
+
     def key(self) -> str:
         """Short hash of the options that distinguish cells with the same names."""
         # Credentials are not part of a cell's identity: a rotated key resumes the same cell.
@@ -140,9 +150,12 @@ def _run_episode(
         budget=env.budget,
         options=env.options(),
     )
-    if getattr(policy, "uses_truth", False) and stim.points is not None:
-        sw, sh = env._episode["stored_size"]
-        pts = [(x * 1000.0 / sw, y * 1000.0 / sh) for x, y in (stim.points or [])]
+    if getattr(policy, "uses_truth", False):
+        # Count-only stimuli (no points) still hand over the count: points are then None.
+        pts = None
+        if stim.points is not None:
+            sw, sh = env._episode["stored_size"]
+            pts = [(x * 1000.0 / sw, y * 1000.0 / sh) for x, y in stim.points]
         policy.give_truth(pts, stim.n)
     if hasattr(policy, "seed") and callable(policy.seed):
         policy.seed(seed)
@@ -168,6 +181,35 @@ def _run_episode(
     return env.episode_record()
 
 
+_REFERENCES: dict[tuple[str, str, int], tuple[Any, dict[str, Any]]] = {}
+_REFERENCES_LOCK = threading.Lock()
+
+
+def reference_options(spec: CellSpec, ds: Dataset, env: Any = None) -> dict[str, Any] | None:
+    """The logged environment options of the cell's reference: its agent's own defaults (a
+    built-in arm without ablations, a plug-in's environment defaults). ``env`` is the cell's
+    environment, reused when the cell is the reference. None when it cannot be built."""
+    from countgym.tasks import base_env_options
+
+    try:
+        base = base_env_options(spec.agent)
+        if env is not None and spec.resolved_env_options() == base:
+            return dict(env.options())
+        key = (spec.agent, spec.model, id(ds))
+        with _REFERENCES_LOCK:
+            hit = _REFERENCES.get(key)
+        if hit is not None and hit[0] is ds:
+            return dict(hit[1])
+        ref = dict(make_env(ds, base, arm=spec.agent, model=spec.model or spec.agent).options())
+        with _REFERENCES_LOCK:
+            if len(_REFERENCES) > 64:
+                _REFERENCES.clear()
+            _REFERENCES[key] = (ds, ref)
+        return dict(ref)
+    except Exception:  # noqa: BLE001 - the reference is provenance; the episode must not fail on it
+        return None
+
+
 def _error_record(spec: CellSpec, dataset: Dataset, sid: str, repeat: int, seed: int, eid: str, err: str) -> EpisodeRecord:
     now = utcnow()
     stim = dataset[sid]
@@ -175,8 +217,12 @@ def _error_record(spec: CellSpec, dataset: Dataset, sid: str, repeat: int, seed:
         episode_id=eid,
         stimulus_id=sid,
         dataset=spec.dataset,
-        arm=ArmSpec(name=spec.agent, options=redact({**spec.resolved_env_options(), **spec.agent_options})),
-        env_options=spec.resolved_env_options(),
+        arm=ArmSpec(
+            name=spec.agent,
+            options=redact({**spec.display_options(), **spec.agent_options}),
+            defaults=reference_options(spec, dataset),
+        ),
+        env_options=spec.display_options(),
         model=spec.model or spec.agent,
         seed=seed,
         repeat=repeat,
@@ -219,7 +265,9 @@ def run_one(
         provider = getattr(factory, "provider", None)
         if provider:
             options["provider"] = provider
-        rec.arm = ArmSpec(name=spec.agent, options=redact(options))
+        rec.arm = ArmSpec(
+            name=spec.agent, options=redact(options), defaults=reference_options(spec, ds, env)
+        )
         return rec
     except ProviderQuotaError:
         raise
@@ -294,6 +342,7 @@ def run_cell(
     first, so those episodes run again; ``False`` keeps them as they are."""
     from countgym.agents.registry import policy_factory as make_factory
     from countgym.executors import drop_transient_errors, log_files_of
+    from countgym.preflight import check_cell
     from countgym.tasks import resolve_for
 
     if concurrency < 1:
@@ -304,6 +353,7 @@ def run_cell(
     factory = policy_factory or make_factory(spec.agent, spec.model, spec.agent_options, concurrency=concurrency)
     # Bad environment options are the user's mistake: fail before any episode, not per episode.
     make_env(ds, spec.resolved_env_options(), arm=spec.agent, model=spec.model or spec.agent).close()
+    check_cell(spec.agent, ds, ds.ids()[: spec.limit] if spec.limit is not None else ds.ids())
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     log = out / spec.log_name()

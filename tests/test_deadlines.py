@@ -98,8 +98,9 @@ def test_run_against_a_trickling_server_ends_every_episode(tiny_dataset, tmp_pat
         t0 = time.monotonic()
         rc = finishes_within(60, lambda: main(argv))
         elapsed = time.monotonic() - t0
-    assert rc == 0 and elapsed < 20
-    assert "3 episodes run" in capsys.readouterr().out
+    assert rc == 1 and elapsed < 20  # every episode failed: exit 1, one line
+    out, err = capsys.readouterr()
+    assert "3 episodes run" in out and "all 3 episodes ended in error" in err
     recs = read_records([tmp_path])
     assert len(recs) == 3 and all(r.end == "error" and is_transient_error(r.error) for r in recs)
 

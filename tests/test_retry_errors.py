@@ -36,7 +36,7 @@ def run_argv(data: Path, out: Path, srv: TestServer, *extra: str) -> list[str]:
 def test_resume_reruns_transient_errors_and_only_those(tiny_dataset, tmp_path: Path, capsys) -> None:
     # Requests 1-2 fail for good reasons to retry (500, dropped), request 3 for a permanent one.
     with TestServer(schedule=["500", "drop", "401"]) as srv:
-        assert main(run_argv(tiny_dataset.root, tmp_path, srv)) == 0
+        assert main(run_argv(tiny_dataset.root, tmp_path, srv)) == 1  # every episode failed
         first = read_records([tmp_path])
         assert sorted(r.end for r in first) == ["error", "error", "error"]
         assert sum(is_transient_error(r.error) for r in first) == 2
