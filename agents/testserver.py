@@ -26,7 +26,8 @@ events (content and tool-call deltas, the finish reason, a usage chunk when
 ``stream_options.include_usage`` asks for it, then ``[DONE]``).
 
 Faults (``429`` with ``Retry-After``, ``500``, ``503``, ``timeout``, ``malformed``, ``empty``,
-``drop``, ``401``, ``400``, ``context``, ``filter``) come from an explicit per-request
+``drop``, ``401``, ``400``, ``context``, ``filter``, ``trickle``: headers at once, then the body
+one byte every ``trickle_interval_s``) come from an explicit per-request
 ``schedule`` and/or per-kind probabilities ``faults`` drawn from an RNG seeded by
 ``(seed, request index)``, so a run's fault sequence is reproducible.
 
@@ -71,6 +72,7 @@ FAULT_KINDS: tuple[str, ...] = (
     "400",
     "context",
     "filter",
+    "trickle",
 )
 
 
@@ -315,6 +317,7 @@ class TestServer:
         reasoning_tokens: reasoning tokens reported per reply (included in completion tokens);
             0 for a request that turns reasoning off (``chat_template_kwargs.enable_thinking``
             false, ``reasoning_effort`` "none", or OpenRouter's ``reasoning`` effort "none").
+        trickle_interval_s: seconds between the body's bytes under a ``trickle`` fault.
     """
 
     __test__ = False  # not a pytest test class
@@ -330,6 +333,7 @@ class TestServer:
         retry_after: float = 1,
         timeout_sleep_s: float = 3.0,
         reasoning_tokens: int = 16,
+        trickle_interval_s: float = 2.0,
     ) -> None:
         bad = [k for k in (faults or {}) if k not in FAULT_KINDS]
         bad += [k for k in (schedule or []) if k not in (None, "ok", *FAULT_KINDS)]
@@ -343,6 +347,7 @@ class TestServer:
         self.retry_after = retry_after
         self.timeout_sleep_s = timeout_sleep_s
         self.reasoning_tokens = reasoning_tokens
+        self.trickle_interval_s = trickle_interval_s
         self.request_count = 0
         self.fault_counts: Counter[str] = Counter()
         self.last_request: dict[str, Any] | None = None
@@ -503,7 +508,9 @@ class _Handler(BaseHTTPRequestHandler):
             include = bool((body.get("stream_options") or {}).get("include_usage"))
             self._send_stream(_stream_chunks(reply, include_usage=include))
         else:
-            self._send_json(200, reply)
+            self._send_json(
+                200, reply, trickle_s=state.trickle_interval_s if fault == "trickle" else None
+            )
 
     def _send_stream(self, chunks: list[dict[str, Any]]) -> None:
         """Server-sent events, ending with ``data: [DONE]``."""
@@ -564,7 +571,9 @@ class _Handler(BaseHTTPRequestHandler):
         )
         return True
 
-    def _send_json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
+    def _send_json(
+        self, status: int, obj: Any, headers: dict[str, str] | None = None, trickle_s: float | None = None
+    ) -> None:
         payload = json.dumps(obj).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -572,7 +581,15 @@ class _Handler(BaseHTTPRequestHandler):
         for k, v in (headers or {}).items():
             self.send_header(k, v)
         self.end_headers()
-        self.wfile.write(payload)
+        if trickle_s is None:
+            self.wfile.write(payload)
+            return
+        # A server that never stalls long enough for a read timeout, yet never finishes.
+        self.close_connection = True
+        for i in range(len(payload)):
+            self.wfile.write(payload[i : i + 1])
+            self.wfile.flush()
+            time.sleep(trickle_s)
 
 
 def _thinking_off(body: dict[str, Any]) -> bool:

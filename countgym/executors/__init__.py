@@ -10,10 +10,13 @@ local runner can use them without Ray installed.
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from countgym.errors import is_transient_error
 from countgym.logs import iter_records
 
 if TYPE_CHECKING:
@@ -28,6 +31,7 @@ __all__ = [
     "clear_log",
     "done_in_cell",
     "done_in_files",
+    "drop_transient_errors",
     "log_files_of",
     "run_sweep_ray",
     "shard_dir",
@@ -80,6 +84,43 @@ def done_in_files(files: list[Path]) -> tuple[set[tuple[str, int]], float]:
         done.add(key)
         cost += sum(s.cost or 0.0 for s in rec.steps)
     return done, cost
+
+
+def drop_transient_errors(files: list[Path]) -> int:
+    """Remove the records of episodes that ended in a transient error (429, 5xx, timeout, dropped
+    connection) from log files, so that resuming runs them again instead of keeping a failure
+    that says nothing about the model. Each file is rewritten atomically (temporary file, then
+    rename), so a kill leaves either the old or the new file. Returns the records removed."""
+    dropped = 0
+    for f in files:
+        keep: list[bytes] = []
+        n = 0
+        with f.open("rb") as fh:
+            for line in fh:
+                if _is_transient_line(line):
+                    n += 1
+                else:
+                    keep.append(line)
+        if not n:
+            continue
+        tmp = f.with_name(f".{f.name}.{os.getpid()}.retry.tmp")
+        with tmp.open("wb") as out:
+            out.write(b"".join(keep))
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, f)
+        dropped += n
+    return dropped
+
+
+def _is_transient_line(line: bytes) -> bool:
+    if b'"end":"error"' not in line and b'"end": "error"' not in line:  # most lines are not errors
+        return False
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return False  # a corrupt line is the readers' to report, not ours to drop
+    return isinstance(data, dict) and data.get("end") == "error" and is_transient_error(data.get("error"))
 
 
 def clear_cell(out: str | Path, spec: CellSpec) -> None:
