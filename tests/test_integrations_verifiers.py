@@ -111,3 +111,21 @@ def test_missing_extra_names_it(monkeypatch) -> None:
     monkeypatch.delitem(sys.modules, "countgym.integrations.verifiers", raising=False)
     with pytest.raises(MissingExtraError, match=r"countgym\[verifiers\]"):
         importlib.import_module("countgym.integrations.verifiers")
+
+
+def test_native_tool_protocol_gives_the_same_episodes(tiny_dataset, monkeypatch) -> None:
+    outs = {}
+    for proto in ("json", "native"):
+        env = load_environment(tiny_dataset, arm="tag", protocol=proto)
+        with TestServer() as srv:
+            outs[proto] = sorted(_evaluate(env, srv, monkeypatch, num_examples=3),
+                                 key=lambda o: o["info"]["stimulus_id"])
+            if proto == "native":
+                assert [t["function"]["name"] for t in srv.last_request["tools"]] == ["tag", "answer"]
+                assert [m["role"] for m in srv.last_request["messages"]][-2:] == ["tool", "user"]
+    for j, n in zip(outs["json"], outs["native"], strict=True):
+        rj = EpisodeRecord.model_validate(j["countgym_record"])
+        rn = EpisodeRecord.model_validate(n["countgym_record"])
+        assert rn.tags == rj.tags and rn.answer == rj.answer and n["reward"] == j["reward"] == 1.0
+        assert rn.steps[0].tool_calls and not rj.steps[0].tool_calls
+        assert rn.arm.options["protocol"] == "native"

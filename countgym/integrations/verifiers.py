@@ -37,6 +37,7 @@ except ImportError:  # pragma: no cover - exercised by the missing-extra message
 from countgym.agents.arms import ARMS, arm_env_options
 from countgym.agents.backends.base import image_part, message, text_part
 from countgym.agents.backends.litellm_backend import to_openai_messages
+from countgym.envs import native_tools as NT
 from countgym.envs.actions import Reply
 from countgym.envs.image_env import CountImageEnv
 from countgym.envs.rewards import resolve_reward
@@ -59,16 +60,20 @@ def _dataset(dataset: str | Dataset) -> Dataset:
     return resolve_dataset(dataset)
 
 
-def _rows(ds: Dataset, ids: Sequence[str], name: str) -> HFDataset:
+def _rows(ds: Dataset, ids: Sequence[str], name: str, native_tools: Sequence[str] | None) -> HFDataset:
     """One row per stimulus: a short text prompt (the image arrives with the first observation),
-    the true count as ``answer`` and the stimulus named in ``info``."""
+    the true count as ``answer`` and the stimulus named in ``info`` (with the native protocol,
+    also the row's tool definitions, whose descriptions name its objects)."""
     rows = []
     for sid in ids:
         s = ds[sid]
+        info: dict[str, Any] = {"stimulus_id": sid, "dataset": name}
+        if native_tools is not None:
+            info["tool_defs"] = [t["function"] for t in NT.tool_schema(native_tools, s.obj, s.obj_sing)]
         rows.append({
             "prompt": [{"role": "user", "content": f"Count the {s.obj} in this image."}],
             "answer": str(s.n),
-            "info": {"stimulus_id": sid, "dataset": name},
+            "info": info,
         })
     return HFDataset.from_list(rows)
 
@@ -148,9 +153,10 @@ class CountgymEnv(vf.MultiTurnEnv):
             rubric.add_metric(_metric_func(metric))
         # Every budgeted call, the re-issues and the last answer: the env ends first.
         turns = int(self.env_options.get("budget", 6)) * 4 + 8
+        native = tuple(self.env_options["tools"]) if self.env_options.get("protocol") == "native" else None
         super().__init__(
-            dataset=_rows(dataset, ids, name),
-            eval_dataset=_rows(dataset, ids, name),
+            dataset=_rows(dataset, ids, name, native),
+            eval_dataset=_rows(dataset, ids, name, native),
             rubric=rubric,
             max_turns=turns,
             **kwargs,
@@ -178,13 +184,23 @@ class CountgymEnv(vf.MultiTurnEnv):
         """Step the environment with the model's last reply; its observation is the next user
         turn, or the episode ends (``final_env_response``)."""
         env = self._envs[state["trajectory_id"]]
-        obs, _, terminated, truncated, info = env.step(_reply_of(messages[-1]))
+        reply = _reply_of(messages[-1])
+        obs, _, terminated, truncated, info = env.step(reply)
         if terminated or truncated:
             self._finish(state, env)
             state["final_env_response"] = []
             return []
-        part = message("user", image_part(obs["image"]), text_part(obs["text"]))
-        return normalize_messages(to_openai_messages([part]))
+        parts = [image_part(obs["image"]), text_part(obs["text"])]
+        if env.protocol == "native" and reply.tool_calls:
+            # Every call gets its result: the executed one the observation, the rest a note.
+            turns = [
+                {"role": "tool", "tool_call_id": c["id"],
+                 "content": parts if k == 0 else [text_part(NT.NATIVE_EXTRA_CALL)]}
+                for k, c in enumerate(reply.tool_calls)
+            ]
+        else:
+            turns = [message("user", *parts)]
+        return normalize_messages(to_openai_messages(turns))
 
     @vf.cleanup
     async def release_env(self, state: Any) -> None:
@@ -230,13 +246,13 @@ def load_environment(
 ) -> CountgymEnv:
     """The verifiers environment for ``arm`` (a tool-loop arm: tag, tag+crop, full, tag-1) on
     ``dataset`` (a battery name such as ``dotarrays:common``, a folder, or a ``Dataset``).
-    ``ablations`` are the arm's options (verify, numbered, extra_tools, budget, order, ...)."""
+    ``protocol="native"`` sends the tools as tool definitions and reads the model's tool calls
+    instead of a JSON line. ``ablations`` are the arm's options (verify, numbered, extra_tools,
+    budget, order, ...)."""
     if arm not in ARMS or not ARMS[arm].tool_loop:
         loop = ", ".join(n for n, a in ARMS.items() if a.tool_loop)
         raise UserError(f"arm {arm!r} is not a tool-loop arm; use one of {loop}")
-    if protocol != "json":
-        raise UserError("the verifiers adapter speaks the paper's JSON protocol; use protocol='json'")
-    options = arm_env_options(arm, **ablations)
+    options = arm_env_options(arm, protocol=protocol, **ablations)
     options["tools"] = tuple(options["tools"])
     ds = _dataset(dataset)
     ids = ds.ids()[: limit] if limit else ds.ids()
