@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from countgym.agents.base import ArmFamily
 from countgym.envs.actions import Reply
 
 
@@ -100,3 +101,32 @@ def is_video_arm(name: str) -> bool:
 def video_env_options(name: str) -> dict[str, Any]:
     """The ``CountVideoEnv`` options of a video arm."""
     return {"prompt": VIDEO_ARMS[name]}
+
+
+def _family_env_options(
+    arm: str, *, tools: Any = None, budget: int | None = None, **ablations: Any
+) -> dict[str, Any]:
+    ablations = {k: v for k, v in ablations.items() if v is not None}
+    ablations.pop("thinking", None)
+    if ablations or tools is not None or budget is not None:
+        from countgym.errors import UserError
+
+        raise UserError(f"video arm {arm!r} takes no ablations (choose the prompt by arm: video-p1/p2/p3)")
+    return video_env_options(arm)
+
+
+def _family_backend(arm: str, model: str, **options: Any) -> Any:
+    from countgym.agents.backends.base import make_backend
+
+    return make_backend(model, **options)
+
+
+ARM_FAMILY = ArmFamily(
+    tasks=("video",),
+    is_arm=is_video_arm,
+    names=lambda: sorted(VIDEO_ARMS),
+    env_options=_family_env_options,
+    backend=_family_backend,
+    policy=lambda arm, backend: VideoDirect(backend),
+)
+"""The CountVideoBench arms (one call per video; the prompt by arm name)."""

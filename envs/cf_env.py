@@ -12,7 +12,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -24,6 +24,7 @@ from countgym.envs.actions import Reply
 from countgym.envs.common import (
     build_record,
     fit_long_side,
+    manifest_head,
     new_episode,
     pick_stimulus_id,
     resolve_dataset_arg,
@@ -334,6 +335,46 @@ class CounterCountEnv(gym.Env):
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 1}
+
+    # --- task hooks (read by ``countgym.tasks``; see the module docstring there) ---
+    task: ClassVar[str] = "countercount"
+    CELL_OPTIONS: ClassVar[frozenset[str]] = frozenset(
+        {"question", "cue", "generic", "blur", "blur_radius", "feather", "kind", "reward", "attention"}
+    )
+
+    @classmethod
+    def claims_dataset(cls, dataset: str) -> bool:
+        """The ``countercount`` battery and folders whose manifest holds CounterCount pairs."""
+        if str(dataset) == "countercount":
+            return True
+        head = manifest_head(str(dataset))
+        meta = (head or {}).get("meta") or {}
+        return meta.get("battery") == "countercount" or ("pair_id" in meta and meta.get("kind") in ("factual", "cf"))
+
+    @classmethod
+    def load_dataset(cls, dataset: str) -> Dataset:
+        """The battery, a dataset folder or the root of the released CounterCount data."""
+        from countgym.scenes.counterfactual import resolve_countercount
+
+        return resolve_countercount(dataset)
+
+    @classmethod
+    def cell_options(
+        cls, *, tools: Sequence[str] | None = None, budget: int | None = None, **options: Any
+    ) -> dict[str, Any]:
+        """Environment options for a policy that is not a CounterCount arm: the question format
+        and the interventions (``question``, ``cue``, ``generic``, ``blur``, ...)."""
+        from countgym.errors import UserError
+
+        options = {k: v for k, v in options.items() if v is not None}
+        options.pop("thinking", None)
+        bad = set(options) - cls.CELL_OPTIONS
+        if bad or tools is not None or budget is not None:
+            raise UserError(
+                f"CounterCount takes only {', '.join(sorted(cls.CELL_OPTIONS))}; "
+                f"got {sorted(bad) or 'tools/budget'}"
+            )
+        return options
 
     def __init__(
         self,

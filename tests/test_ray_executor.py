@@ -177,7 +177,7 @@ def test_spend_cap_stops_launching_shards(local_ray, tiny_dataset, tmp_path: Pat
 def test_vllm_endpoint_sweep_on_ray_matches_local(local_ray, tiny_dataset, tmp_path: Path) -> None:
     """Local models at scale: Ray tasks talk to one OpenAI-compatible (vLLM-like) endpoint."""
     pytest.importorskip("litellm")
-    from countgym.agents.testserver import TestServer
+    from countgym.testing.server import TestServer
 
     model = "hosted_vllm/Qwen/Qwen2.5-VL-7B-Instruct"
     with TestServer() as srv:
