@@ -20,7 +20,7 @@ from gymnasium import spaces
 from gymnasium.vector.utils import create_shared_memory
 
 from countgym.envs import cf_templates as tpl
-from countgym.envs.actions import Reply
+from countgym.envs.actions import Answer, Reply
 from countgym.envs.common import (
     build_record,
     fit_long_side,
@@ -295,7 +295,8 @@ class CounterCountEnv(gym.Env):
     ## Action Space
     ``MessageSpace``: the model's reply text (or a ``Reply`` carrying text, usage and cost).
     The count is extracted strictly: ``ANSWER:`` lines, else digits and number words (MCQ options
-    are words); several incompatible numbers are no answer.
+    are words); several incompatible numbers are no answer. A programmatic policy may instead
+    return a typed ``Answer(count=N)`` (alone or as ``Reply.action``), taken as is.
 
     ## Observation Space
     | key      | space         | content                                                   |
@@ -481,9 +482,17 @@ class CounterCountEnv(gym.Env):
             rec.reply = action.text
         else:
             rec.reply = action if isinstance(action, str) else str(action)
+        typed = action if isinstance(action, Answer) else getattr(action, "action", None)
+        if isinstance(action, Answer):
+            rec.reply = None
         if isinstance(action, Reply) and action.error is not None:
             st.end, st.error = "error", action.error
             truncated = True
+        elif isinstance(typed, Answer):
+            # A programmatic policy's typed answer: no text to extract a count from.
+            rec.action = {"tool": "answer", "count": typed.count, "method": "typed answer"}
+            st.answer, st.end = typed.count, "answer"
+            terminated = True
         else:
             ex = extract_count(
                 rec.reply or "", options=self.question.option_words if self.question else None,
