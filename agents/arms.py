@@ -42,12 +42,12 @@ from countgym.agents.backends.base import (
     ChatModel,
     Message,
     image_part,
-    make_backend,
     message,
     sum_cost,
     sum_usage,
     text_part,
 )
+from countgym.agents.backends.factory import make_backend
 from countgym.agents.base import ArmFamily, Task
 from countgym.agents.context import KEEP_IMAGES, apply_context_policy
 from countgym.envs import templates as T

@@ -20,7 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from countgym.agents.backends.base import ChatModel, image_part, make_backend, message, text_part
+from countgym.agents.backends.base import ChatModel, image_part, message, text_part
+from countgym.agents.backends.factory import make_backend
 from countgym.agents.base import ArmFamily
 from countgym.envs.actions import Reply
 from countgym.errors import UserError

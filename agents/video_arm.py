@@ -61,7 +61,7 @@ class VideoDirect:
         **backend_options: Any,
     ) -> None:
         if isinstance(model, str):
-            from countgym.agents.backends.base import make_backend
+            from countgym.agents.backends.factory import make_backend
 
             model = make_backend(model, **backend_options)
         self.model = model
@@ -116,7 +116,7 @@ def _family_env_options(
 
 
 def _family_backend(arm: str, model: str, **options: Any) -> Any:
-    from countgym.agents.backends.base import make_backend
+    from countgym.agents.backends.factory import make_backend
 
     return make_backend(model, **options)
 

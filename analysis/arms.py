@@ -107,19 +107,23 @@ def arm_labels(records: Sequence[EpisodeRecord]) -> list[str]:
     Labels depend only on the set of option dictionaries seen per arm name, not on record
     order beyond tie-breaking by first appearance.
     """
+    # Options are compared within one task only: a policy run on several tasks has one
+    # reference per task (the tasks' options are not ablations of each other).
     by_name: dict[str, dict[str, Mapping[str, Any]]] = {}
     counts: Counter[str] = Counter()
     for rec in records:
         key = _canonical(rec.arm.options)
-        by_name.setdefault(rec.arm.name, {}).setdefault(key, rec.arm.options)
-        counts[f"{rec.arm.name}|{key}"] += 1
+        group = f"{rec.arm.name}|{_task(rec)}"
+        by_name.setdefault(group, {}).setdefault(key, rec.arm.options)
+        counts[f"{group}|{key}"] += 1
 
     labels: dict[str, str] = {}
-    for name, variants in by_name.items():
+    for group, variants in by_name.items():
+        name = group.rpartition("|")[0]
         first_seen = {k: i for i, k in enumerate(variants)}
         ref_key = min(
             variants,
-            key=lambda k: (_ablations_on(variants[k]), -counts[f"{name}|{k}"], first_seen[k]),
+            key=lambda k: (_ablations_on(variants[k]), -counts[f"{group}|{k}"], first_seen[k]),
         )
         reference = variants[ref_key]
         taken: set[str] = set()
@@ -129,5 +133,9 @@ def arm_labels(records: Sequence[EpisodeRecord]) -> list[str]:
             while label in taken:
                 label += "'"
             taken.add(label)
-            labels[f"{name}|{key}"] = label
-    return [labels[f"{r.arm.name}|{_canonical(r.arm.options)}"] for r in records]
+            labels[f"{group}|{key}"] = label
+    return [labels[f"{r.arm.name}|{_task(r)}|{_canonical(r.arm.options)}"] for r in records]
+
+
+def _task(record: EpisodeRecord) -> str:
+    return str(record.env_options.get("task", "image"))

@@ -49,6 +49,12 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+def _example_env() -> str:
+    from countgym.registration import TASKS
+
+    return next(iter(TASKS.values())).default_env
+
+
 def _downloadable() -> list[str]:
     from countgym.scenes.make import DOWNLOADABLE
 
@@ -89,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="run one cell: environment (or dataset) x agent x model")
     r.add_argument("--env", default=None, metavar="ID",
-                   help="registered environment id, e.g. countgym/DotArrays-v0 (default: the dataset's)")
+                   help=f"registered environment id, e.g. {_example_env()} (default: the dataset's)")
     r.add_argument("--data", default=None,
                    help="dataset folder or battery name (battery[:subset]); default: the environment's")
     r.add_argument("--agent", required=True, help="built-in arm/policy or package.module:ClassName")

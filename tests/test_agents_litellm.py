@@ -8,7 +8,8 @@ from PIL import Image, ImageDraw
 
 pytest.importorskip("litellm")
 
-from countgym.agents.backends.base import image_part, make_backend, message, text_part  # noqa: E402
+from countgym.agents.backends.base import image_part, message, text_part  # noqa: E402
+from countgym.agents.backends.factory import make_backend  # noqa: E402
 from countgym.agents.backends.litellm_backend import LiteLLMBackend  # noqa: E402
 from countgym.envs import templates as T  # noqa: E402
 from countgym.errors import MissingExtraError, UserError  # noqa: E402
