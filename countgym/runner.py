@@ -62,9 +62,8 @@ def make_env(
     from countgym.tasks import env_for_dataset, make_task_env
 
     if not env:
-        if not isinstance(dataset, str):
-            raise ValueError("make_env needs env= when the dataset is a Dataset object")
-        env = env_for_dataset(dataset)
+        # A Dataset object is claimed by its folder (its manifest says which task it is).
+        env = env_for_dataset(dataset if isinstance(dataset, str) else str(dataset.root))
     return make_task_env(env, dataset, env_options, arm=arm, model=model)
 
 
