@@ -100,9 +100,33 @@ def resolve_source(env: str | None, dataset: str | None) -> tuple[str, str]:
             if dataset is None:
                 raise UserError(f"environment {env} has no default dataset: pass --data")
     assert dataset is not None
-    if env and env_for_dataset(dataset) == env:
+    claimed = env_for_dataset(dataset)
+    if not env:
+        _check_claimed(dataset, claimed)
+    if env and claimed == env:
         env = ""
     return env or "", dataset
+
+
+def _check_claimed(dataset: str, claimed: str) -> None:
+    """A folder without a manifest that no task claims is the root of a released dataset whose
+    task cannot be read from it: ask for the environment rather than guess."""
+    from countgym.registration import TASKS
+
+    root = Path(dataset).expanduser()
+    fallback = list(TASKS.values())[-1].default_env
+    if claimed == fallback and root.is_dir() and not (root / "manifest.jsonl").is_file():
+        from countgym.tasks import load_dataset
+
+        try:
+            load_dataset(fallback, dataset)  # a release the fallback task reads (photo sets)
+        except UserError as e:
+            others = ", ".join(t.default_env for t in list(TASKS.values())[:-1])
+            raise UserError(
+                f"{root} has no manifest.jsonl, so its task is unknown: for the root of a released "
+                f"dataset name its environment with --env ({others}), else give a dataset folder "
+                f"({e})"
+            ) from None
 
 
 def make_cell(

@@ -104,3 +104,14 @@ def test_logs_without_an_env_field_still_read(tiny_countercount: Path, tmp_path:
     old = json.loads(line)
     assert old.pop("env") == "countgym/CounterCount-v0"
     assert EpisodeRecord.model_validate(old).env is None
+
+
+def test_a_released_root_without_manifest_asks_for_its_environment(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "release"
+    root.mkdir()
+    (root / "metadata.jsonl").write_text("{}\n")
+    assert _run("--data", str(root), "--agent", "any_task_policy:AnswerSeven", "--out", str(tmp_path / "r")) == 2
+    err = capsys.readouterr().err
+    assert "has no manifest.jsonl" in err and "--env (countgym/CounterCount-v0, countgym/CountVideo-v0)" in err
