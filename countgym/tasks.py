@@ -117,4 +117,4 @@ def make_task_env(
     try:
         return cls(dataset, arm=arm, model=model, **env_options)
     except (TypeError, ValueError) as e:
-        raise UserError(f"invalid options {env_options} for environment {env_id}: {e}") from None
+        raise UserError(f"cannot make {env_id} with options {env_options}: {e}") from None
