@@ -182,7 +182,7 @@ def arm_env_options(
 def arm_backend_options(
     arm: str | None = None, *, thinking: bool | None = None, **_: Any
 ) -> dict[str, Any]:
-    """Backend options an ablation dict implies (``thinking=False``: reasoning off/minimal)."""
+    """Backend options an ablation dict implies (``thinking=False``: reasoning disabled)."""
     if arm is not None:
         _arm(arm)
     return {} if thinking is None or thinking else {"thinking": False}

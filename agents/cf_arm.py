@@ -7,12 +7,12 @@ An arm name is a question format plus any interventions, joined by ``+``::
     cf-mcq+blur            blur outside the attribute box (radius 48, feathering 4)
     cf-mcq+cue             the cue instruction before the question
     cf-mcq+generic         generic subject name ("animal", "object", ...)
-    cf-mcq+think           thinking mode on (backend option; 16,384-token budget)
+    cf-mcq+think           thinking mode on (backend options: sampled, 16,384-token budget)
     cf-mcq+attn            attention modulation on the Mask-BB tokens (local models only)
 
 Interventions combine (``cf-oe+blur+cue``). Environment options go to ``CounterCountEnv``;
-backend options to the model backend (reasoning off and 128 output tokens unless thinking,
-as in the paper's Section 3).
+backend options to the model backend (``CFArm.backend_options``: reasoning disabled, greedy,
+128 output tokens; with ``+think`` thinking on, sampling with the model's defaults, 16,384).
 """
 
 from __future__ import annotations
@@ -62,11 +62,21 @@ class CFArm:
         }
 
     def backend_options(self, model: str) -> dict[str, Any]:
-        """Backend options for a model id: thinking flag and output cap."""
+        """Backend options for a model id, as the paper decodes.
+
+        Baseline (Section 3.1): reasoning disabled, 128 output tokens, greedy (temperature 0 for
+        API models). Thinking mode (Section 4.1.4, App. C.7): thinking on through the chat
+        template, 16,384 tokens, sampling with each model's default generation parameters (the
+        checkpoint's generation config locally; no temperature sent to an API).
+        """
         thinking = "think" in self.interventions
         cap = MAX_TOKENS_THINKING if thinking else MAX_TOKENS
-        local = model.startswith(("hf:", "local:"))
-        return {"thinking": thinking, ("max_new_tokens" if local else "max_tokens"): cap}
+        if model.startswith(("hf:", "local:")):
+            return {"thinking": thinking, "max_new_tokens": cap,
+                    "decoding": "sample" if thinking else "greedy"}
+        if thinking:
+            return {"reasoning": "on", "temperature": None, "max_tokens": cap}
+        return {"reasoning": "off", "temperature": 0.0, "max_tokens": cap}
 
 
 def parse_cf_arm(name: str) -> CFArm:

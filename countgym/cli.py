@@ -105,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--no-verify", action="store_true", help="ablation: no verification prompt")
     r.add_argument("--plain-marks", action="store_true", help="ablation: tags without numbers")
     r.add_argument("--order", choices=["reading", "reverse"], default=None)
-    r.add_argument("--no-thinking", action="store_true", help="control: reasoning off / minimal effort")
+    r.add_argument("--no-thinking", action="store_true", help="control: reasoning disabled (the lowest effort where a provider cannot disable it)")
     r.add_argument("--perturb", choices=["remove", "add"], default=None)
     r.add_argument("--agent-option", action="append", default=[], metavar="KEY=VALUE",
                    help="policy constructor option (repeatable), e.g. omission=0.2")

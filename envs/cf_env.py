@@ -413,6 +413,8 @@ class CounterCountEnv(gym.Env):
             pool = [sid for sid in pool if self.dataset[sid].meta.get("kind") == kind]
         if not pool:
             raise ValueError("the stimulus selection is empty")
+        if generic:
+            _check_generic_categories(self.dataset, pool)
         self._pool = pool
         self.kind, self.question_format = kind, question
         self.cue, self.generic, self.blur = bool(cue), bool(generic), bool(blur)
@@ -596,3 +598,22 @@ def outcome(answer: int | None, stimulus: Stimulus) -> str:
 def _truth(stim: Stimulus) -> dict[str, Any]:
     m = stim.meta
     return {"n": stim.n, "canonical_count": m.get("canonical_count"), "cf_count": m.get("cf_count"), "kind": m.get("kind")}
+
+
+def _check_generic_categories(dataset: Dataset, pool: Sequence[str]) -> None:
+    """Every stimulus of the pool has a category with a generic name (Appendix C.4), checked
+    before any episode; the first unknown label is named in one line."""
+    from countgym.errors import UserError
+
+    seen: set[str] = set()
+    for sid in pool:
+        label = str(dataset[sid].meta.get("category") or "")
+        if label in seen:
+            continue
+        seen.add(label)
+        if not label.strip():
+            raise UserError(f"stimulus {sid!r} has no meta.category: the generic-name intervention needs one")
+        try:
+            tpl.generic_name(label)
+        except UserError as e:
+            raise UserError(f"{e} (stimulus {sid!r})") from None

@@ -31,7 +31,9 @@ from countgym.stimulus import Dataset, Stimulus
 MAX_LONG_SIDE = 1024
 MAX_POINTS_PER_CALL = 100
 MAX_TAGS_PER_TRAJECTORY = 300
-MAX_INVALID_IN_A_ROW = 3
+MAX_REISSUES = 3
+"""Re-issue requests per run of invalid replies (Give the Model a Finger, App. C: "at most three
+times"); the next invalid reply in a row ends the episode."""
 TAG1_BUDGET = 80
 
 Prompt = Literal["tools", "direct", "cot", "list", "tiles"]
@@ -77,8 +79,9 @@ class CountImageEnv(gym.Env):
     ## Episode End
     - Termination: an ``answer`` action.
     - Truncation: the budget is spent and the one further request was not answered with a number
-      (the announced count is the number of tags, ``end="budget"``); three invalid replies in a row
-      (no count, ``end="invalid"``); a failed model call (``Reply.error``, ``end="error"``).
+      (the announced count is the number of tags, ``end="budget"``); a fourth invalid reply in a
+      row, after three re-issue requests (no count, ``end="invalid"``); a failed model call
+      (``Reply.error``, ``end="error"``).
 
     ## Information
     Every step: ``tags_added`` (pixels), ``tags_dropped``, ``calls_left``, ``view`` ("image" or
@@ -260,9 +263,11 @@ class CountImageEnv(gym.Env):
         elif parsed.action is None:
             st.invalid_in_a_row += 1
             message = tpl.INVALID.format(left=st.calls_left)
-            if self.prompt in ("direct", "cot", "list") or st.invalid_in_a_row >= MAX_INVALID_IN_A_ROW:
+            if self.prompt in ("direct", "cot", "list") or st.invalid_in_a_row > MAX_REISSUES:
+                # Nothing more goes to the model: no re-issue request for this reply.
                 st.end, st.answer = "invalid", None
                 truncated = True
+                message = ""
         else:
             st.invalid_in_a_row = 0
             act = parsed.action

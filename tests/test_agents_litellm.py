@@ -86,7 +86,8 @@ def test_reasoning_effort_sent_and_thinking_off() -> None:
         backend(srv, reasoning_effort=None, max_tokens=77).complete(MESSAGES)
         omitted = srv.last_request
     assert on.get("reasoning_effort") == "low"
-    assert off.get("reasoning_effort") == "minimal"
+    # An OpenAI-compatible server: the chat template's switch, not a "minimal" effort.
+    assert off.get("chat_template_kwargs") == {"enable_thinking": False} and "reasoning_effort" not in off
     assert "reasoning_effort" not in omitted and omitted["max_tokens"] == 77
 
 

@@ -28,11 +28,11 @@ def test_episode_stats_extends_record_episode_statistics(tiny_dataset) -> None:
     # Three tool calls; "replace" left one tag on the image; answered and correct.
     assert (s["tool_calls"], s["tags"], s["answered"], s["correct"], s["end"]) == (3, 1, True, True, "answer")
     env.reset(seed=0, options={"stimulus_id": "two"})
-    for reply in ("a", "b", "c"):
+    for reply in ("a", "b", "c", "d"):  # three re-issues, the fourth invalid reply ends it
         *_, info = env.step(reply)
     s = info[STATS_KEY]
     assert (s["tool_calls"], s["tags"], s["answered"], s["correct"], s["end"]) == (0, 0, False, False, "invalid")
-    assert list(env.return_queue) == pytest.approx([-0.5, 0.0]) and list(env.length_queue) == [5, 3]
+    assert list(env.return_queue) == pytest.approx([-0.5, 0.0]) and list(env.length_queue) == [5, 4]
     assert list(env.tool_call_queue) == [3, 0] and list(env.answered_queue) == [True, False]
     assert list(env.correct_queue) == [True, False] and list(env.tag_queue) == [1, 0]
 

@@ -18,17 +18,18 @@ import random
 import re
 import threading
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from countgym.agents.backends.base import BaseChatModel, Message, png_data_url
+from countgym.agents.backends.litellm_import import load_litellm as _litellm
+from countgym.agents.backends.reasoning import ReasoningRequest, reasoning_request
 from countgym.envs.actions import Reply
 from countgym.errors import MissingExtraError
 from countgym.logs import Usage
 
-_LITELLM: Any = None
-_LITELLM_LOCK = threading.Lock()
 _MAX_ERROR_CHARS = 600
 # Status codes worth another attempt; everything else in 4xx is the request's own fault.
 _RETRY_STATUS = frozenset({408, 409, 425, 429})
@@ -45,23 +46,6 @@ class _RetryableResponse(Exception):
     """A 200 response that carries no usable answer (empty choices, no message)."""
 
 
-def _litellm() -> Any:
-    """Import litellm once, offline, quietly."""
-    global _LITELLM
-    with _LITELLM_LOCK:
-        if _LITELLM is None:
-            # Without this, importing litellm fetches its model-cost map over the network.
-            os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-            try:
-                import litellm
-            except ImportError:
-                raise MissingExtraError("litellm", "api") from None
-            litellm.suppress_debug_info = True
-            litellm.telemetry = False
-            _LITELLM = litellm
-    return _LITELLM
-
-
 class LiteLLMBackend(BaseChatModel):
     """A ``ChatModel`` over ``litellm.completion``.
 
@@ -70,12 +54,17 @@ class LiteLLMBackend(BaseChatModel):
             ``hosted_vllm/...``).
         api_base: endpoint URL for OpenAI-compatible servers (vLLM, the local test server).
         api_key: the key; by default litellm reads the provider's variable from the environment.
-        temperature: sampling temperature (0: the paper's setting).
+        temperature: sampling temperature (0: the papers' greedy setting); None sends none, so
+            the model samples with its provider's default parameters (CounterCount thinking mode).
         max_tokens: completion token cap.
-        reasoning_effort: sent where supported ("low" as in the paper); None omits it.
-        thinking: False sends ``thinking_off_effort`` instead (the thinking-off control).
-        thinking_off_effort: the effort sent when thinking is off ("minimal"; "none" or
-            "disable" on providers that accept those).
+        reasoning: the reasoning mode, one of ``agents.backends.reasoning.MODES``: "low" (the
+            Finger setting), "off" (what disables reasoning on this provider), "default" (send
+            nothing), "on". None derives it from ``thinking`` and ``reasoning_effort``.
+        reasoning_effort: "low" (default) means mode "low"; None means mode "default"; any other
+            value is sent as it is.
+        thinking: False means mode "off" (the thinking-off control).
+        thinking_off_effort: an explicit ``reasoning_effort`` for mode "off" instead of the
+            provider rule (recorded as unverified).
         timeout_s: per-attempt timeout.
         max_attempts: attempts per call, first one included.
         max_total_wait_s: bound on the summed backoff sleeps of one call.
@@ -94,11 +83,12 @@ class LiteLLMBackend(BaseChatModel):
         *,
         api_base: str | None = None,
         api_key: str | None = None,
-        temperature: float = 0.0,
+        temperature: float | None = 0.0,
         max_tokens: int | None = 4096,
+        reasoning: str | None = None,
         reasoning_effort: str | None = "low",
         thinking: bool = True,
-        thinking_off_effort: str | None = "minimal",
+        thinking_off_effort: str | None = None,
         timeout_s: float = 120.0,
         max_attempts: int = 6,
         max_total_wait_s: float = 300.0,
@@ -120,8 +110,12 @@ class LiteLLMBackend(BaseChatModel):
         self._api_key = api_key
         self.temperature = temperature
         self.max_tokens = max_tokens
-        self.reasoning_effort = reasoning_effort if thinking else thinking_off_effort
         self.thinking = thinking
+        self.reasoning = _reasoning_request(
+            model, api_base, max_tokens, reasoning, reasoning_effort, thinking, thinking_off_effort
+        )
+        self.reasoning_effort = self.reasoning.params.get("reasoning_effort")
+        _warn_if_not_disabled(model, self.reasoning)
         self.timeout_s = timeout_s
         self.max_attempts = max_attempts
         self.max_total_wait_s = max_total_wait_s
@@ -143,9 +137,11 @@ class LiteLLMBackend(BaseChatModel):
         return {
             "model": self.model,
             "api_base": self.api_base,
-            "temperature": self.temperature,
+            "temperature": "provider default" if self.temperature is None else self.temperature,
             "max_tokens": self.max_tokens,
             "reasoning_effort": self.reasoning_effort,
+            **self.reasoning.loggable(),
+            **({"extra_params": dict(self.extra_params)} if self.extra_params else {}),
         }
 
     # --- calls ----------------------------------------------------------------------------------
@@ -198,16 +194,16 @@ class LiteLLMBackend(BaseChatModel):
         kwargs: dict[str, Any] = {
             "model": self.model,
             "messages": wire,
-            "temperature": self.temperature,
             "timeout": self.timeout_s,
             "num_retries": 0,  # our loop retries; the SDK's own retries would hide faults
             "max_retries": 0,
             "drop_params": True,  # models without reasoning_effort just ignore it
         }
+        if self.temperature is not None:
+            kwargs["temperature"] = self.temperature
         if self.max_tokens is not None:
             kwargs["max_tokens"] = self.max_tokens
-        if self.reasoning_effort is not None:
-            kwargs["reasoning_effort"] = self.reasoning_effort
+        kwargs.update(self.reasoning.params)
         if self.api_base is not None:
             kwargs["api_base"] = self.api_base
         key = self._api_key
@@ -236,6 +232,12 @@ class LiteLLMBackend(BaseChatModel):
             # retry; the env treats the empty reply as invalid and asks again.
             raise _RetryableResponse(f"empty reply (finish_reason={finish!r})")
         usage = _usage_of(response)
+        if self.reasoning.mode == "off" and usage is not None and (usage.reasoning_tokens or 0) > 0:
+            _warn_once(
+                (self.model, "observed"),
+                f"{self.model}: reasoning was requested off but the provider reported "
+                f"{usage.reasoning_tokens} reasoning tokens (recorded per step)",
+            )
         return Reply(text=text, usage=usage, cost=self._cost(response, usage))
 
     def _cost(self, response: Any, usage: Usage | None) -> float | None:
@@ -297,6 +299,53 @@ class LiteLLMBackend(BaseChatModel):
         for pat in _SECRET_PATTERNS:
             text = pat.sub(lambda m: (m.group(1) if m.re.groups else "") + "***", text)
         return text[:_MAX_ERROR_CHARS]
+
+
+_WARNED: set[tuple[str, str]] = set()
+_WARNED_LOCK = threading.Lock()
+
+
+def _warn_once(key: tuple[str, str], message: str) -> None:
+    with _WARNED_LOCK:
+        if key in _WARNED:
+            return
+        _WARNED.add(key)
+    warnings.warn(message, UserWarning, stacklevel=3)
+
+
+def _reasoning_request(
+    model: str,
+    api_base: str | None,
+    max_tokens: int | None,
+    reasoning: str | None,
+    reasoning_effort: str | None,
+    thinking: bool,
+    thinking_off_effort: str | None,
+) -> ReasoningRequest:
+    """The reasoning parameters the constructor arguments ask for."""
+    if reasoning is None:
+        if not thinking:
+            reasoning = "off"
+        elif reasoning_effort is None:
+            reasoning = "default"
+        elif reasoning_effort == "low":
+            reasoning = "low"
+        else:  # an explicit effort: sent as it is
+            return ReasoningRequest("effort", {"reasoning_effort": reasoning_effort})
+    if reasoning == "off" and thinking_off_effort is not None:
+        return ReasoningRequest(
+            "off", {"reasoning_effort": thinking_off_effort}, disabled=None,
+            note=f"thinking_off_effort={thinking_off_effort!r} set by the user",
+        )
+    return reasoning_request(model, reasoning, api_base=api_base, max_tokens=max_tokens)
+
+
+def _warn_if_not_disabled(model: str, req: ReasoningRequest) -> None:
+    """Warn once per model when reasoning was asked off and is not known to be."""
+    if req.mode == "off" and req.disabled is not True:
+        what = "cannot be disabled" if req.disabled is False else "may not be disabled"
+        _warn_once((model, "request"), f"{model}: reasoning {what}: {req.note} (recorded in the "
+                   "episode's provider parameters)")
 
 
 class _ContentFiltered(Exception):

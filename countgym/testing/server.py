@@ -255,7 +255,9 @@ class TestServer:
             does not change which request index fails).
         retry_after: value of the ``Retry-After`` header sent with 429s (seconds).
         timeout_sleep_s: how long a ``timeout`` fault stalls before answering normally.
-        reasoning_tokens: reasoning tokens reported per reply (included in completion tokens).
+        reasoning_tokens: reasoning tokens reported per reply (included in completion tokens);
+            0 for a request that turns reasoning off (``chat_template_kwargs.enable_thinking``
+            false, ``reasoning_effort`` "none", or OpenRouter's ``reasoning`` effort "none").
     """
 
     __test__ = False  # not a pytest test class
@@ -433,7 +435,7 @@ class _Handler(BaseHTTPRequestHandler):
                 },
             )
             return
-        usage = estimate_usage(messages, text, state.reasoning_tokens)
+        usage = estimate_usage(messages, text, 0 if _thinking_off(body) else state.reasoning_tokens)
         finish = "content_filter" if fault == "filter" else "stop"
         self._send_json(
             200, _envelope(index, model, text if fault != "filter" else "", usage, finish)
@@ -496,6 +498,17 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(k, v)
         self.end_headers()
         self.wfile.write(payload)
+
+
+def _thinking_off(body: dict[str, Any]) -> bool:
+    """True when the request turns reasoning off the way vLLM, OpenAI or OpenRouter accept."""
+    template = body.get("chat_template_kwargs") or {}
+    reasoning = body.get("reasoning") or {}
+    return (
+        (isinstance(template, dict) and template.get("enable_thinking") is False)
+        or body.get("reasoning_effort") == "none"
+        or (isinstance(reasoning, dict) and (reasoning.get("effort") == "none" or reasoning.get("enabled") is False))
+    )
 
 
 def _bearer(header: str) -> str:
