@@ -134,10 +134,7 @@ def test_the_cycle_finder_finds_a_circle() -> None:
 
 
 def test_no_import_circle() -> None:
-    # The scenes' battery resolver and its loaders still resolve each other's names (the photo
-    # transforms resolve a base battery by name); that circle stays inside countgym.scenes.
-    cycles = [c for c in _cycles(_graph()) if not all(m.startswith("countgym.scenes.") for m in c)]
-    assert cycles == []
+    assert _cycles(_graph()) == []
 
 
 # Each core module may import only the core modules listed before it in its layer order.
