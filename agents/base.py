@@ -4,14 +4,17 @@ A policy is any object with ``reset(first_observation, task)`` and ``act(observa
 returning reply text, a ``Reply`` or a typed action; ``act_batch(observations)`` is optional.
 A policy never sees ground truth: ``Task`` carries only what a counting subject may know.
 Scripted reference policies that need the truth (``oracle``, ``noisy-pointer``) declare
-``uses_truth = True`` and the runner hands them the points explicitly via ``give_truth``.
+``uses_truth = True`` and the runner hands them the points explicitly via
+``give_truth(points, n)`` (``points`` is None on a count-only stimulus); one that cannot work
+without points also declares ``needs_points = True`` and a count-only dataset is refused before
+the first episode.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from countgym.errors import UserError
@@ -52,6 +55,9 @@ class ArmFamily:
     """``(arm, backend)`` -> a fresh policy for one episode."""
     check_name: Callable[[str], None] | None = None
     """Raises a ``UserError`` explaining a near-miss name of this family (else returns)."""
+    audit_hooks: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    """Keyword arguments the audit of this family's task takes (``write_audit_files``), e.g.
+    the CounterCount ``judge_backend``."""
 
 
 def policy_class(spec: str) -> Any:

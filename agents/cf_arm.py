@@ -187,6 +187,16 @@ def _check_name(name: str) -> None:
         parse_cf_arm(name)  # raises a UserError naming the valid format and interventions
 
 
+def baseline_judge(model: str, api_base: str | None) -> Any:
+    """The CounterCount judge of *CounterCount* Section 3: the run's own model in its baseline
+    configuration (the baseline arm's decoding, the run's endpoint). An API judge retries
+    briefly, so an endpoint that is gone cannot stall an audit."""
+    options: dict[str, Any] = {"api_base": api_base} if api_base else {}
+    if not model.startswith(("hf:", "local:")):
+        options.update(max_attempts=2, max_total_wait_s=10.0, timeout_s=60.0)
+    return make_cf_backend("cf-mcq", model, **options)
+
+
 ARM_FAMILY = ArmFamily(
     tasks=("countercount",),
     is_arm=is_cf_arm,
@@ -195,5 +205,6 @@ ARM_FAMILY = ArmFamily(
     backend=make_cf_backend,
     policy=lambda arm, backend: CFPolicy(backend),
     check_name=_check_name,
+    audit_hooks={"judge_backend": baseline_judge},
 )
 """The CounterCount arms (format plus interventions)."""

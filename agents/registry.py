@@ -130,6 +130,14 @@ def cell_env_options(
     return opts
 
 
+def audit_hooks() -> dict[str, Any]:
+    """The audit's task-specific keyword arguments, from every arm family that has some."""
+    hooks: dict[str, Any] = {}
+    for fam in arm_families():
+        hooks.update(fam.audit_hooks)
+    return hooks
+
+
 def load_policy(spec: str, **kwargs: Any) -> Any:
     """Instantiate a policy from a built-in name or ``package.module:ClassName``."""
     if spec in BUILTIN_POLICIES:

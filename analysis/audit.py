@@ -210,7 +210,7 @@ def _dedupe(records: Iterable[EpisodeRecord]) -> list[EpisodeRecord]:
 
 _BASE_EXTRA_COLUMNS = (
     "seed", "answered", "acc10", "signed_error", "revised", "n_steps", "audited", "image_w",
-    "image_h",
+    "image_h", "extracted_by",
 )  # fmt: skip
 
 
@@ -226,6 +226,17 @@ def _check_audit_args(tau_scales: Sequence[float], meta_keys: Sequence[str]) -> 
         )
 
 
+def extracted_by(rec: EpisodeRecord) -> str | None:
+    """How a single-step episode's answer was read (``rule``, ``parser``, ``judge``, ``typed``,
+    ``none``); logs written before the field existed are derived from the episode's end. Null
+    for the image tool loop, whose answers are actions."""
+    if rec.extracted_by is not None:
+        return rec.extracted_by
+    if rec.env_options.get("task") not in ("video", "countercount") or rec.end == "error":
+        return None
+    return "rule" if rec.answer is not None else "none"
+
+
 def audit_episodes(
     records: Iterable[EpisodeRecord],
     *,
@@ -237,7 +248,8 @@ def audit_episodes(
     """One row per episode: counting metrics plus the point-level audit.
 
     Columns: ``CONTRACT_COLUMNS`` first, then ``seed, answered, acc10, signed_error, revised,
-    n_steps, audited, image_w, image_h``, the tau-sensitivity columns and ``meta_keys``.
+    n_steps, audited, image_w, image_h, extracted_by``, the tau-sensitivity columns and
+    ``meta_keys``.
     ``resolve`` maps a record's ``dataset`` to a ``Dataset`` (default
     ``countgym.scenes.resolve_dataset``); each dataset is resolved once. Duplicate episode ids
     are skipped with a warning. With ``label_arms`` (default) the ``arm`` column tells apart
@@ -345,6 +357,7 @@ def audit_episodes(
         c["audited"].append(audit is not None)
         c["image_w"].append(frame[0] if frame else None)
         c["image_h"].append(frame[1] if frame else None)
+        c["extracted_by"].append(extracted_by(rec))
         meta = stim.meta if stim is not None else {}
         for k in meta_keys:
             c[k].append(_meta_value(meta[k]) if k in meta else pd.NA)

@@ -15,7 +15,7 @@ Layout of ``OUT`` (``countgym audit RUNS --out OUT``)::
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -123,12 +123,26 @@ def write_audit_files(
     viewer: ViewerOptions | None = None,
     principle_options: PrincipleOptions | None = None,
     judge: Any = None,
+    parser: Any = None,
+    judge_backend: Any = None,
+    warn: Callable[[str], None] | None = None,
 ) -> AuditFiles:
     """Audit ``records`` and write every table, figure and the HTML report into ``out_dir``.
 
-    ``judge`` (a ``ChatModel``) resolves ambiguous CounterCount replies (Appendix B.2)."""
+    ``judge`` (a ``ChatModel``, or ``"same"`` for each reply's own model) resolves ambiguous
+    CounterCount replies (Appendix B.2); ``parser`` (a ``ChatModel``) resolves video replies the
+    rules left without a count (CountVideoBench, Section 5.1). Both are cached under
+    ``out_dir`` (``countercount/judge-cache``, ``countvideo/parser-cache``); see
+    ``countgym.analysis.extraction``; ``judge_backend(model, api_base)`` builds the same-model
+    judge. ``warn`` receives one line per extraction problem."""
     if not records:
         raise UserError("no episode records to audit")
+    from countgym.analysis.extraction import resolve_answers
+
+    resolution = resolve_answers(
+        records, parser=parser, judge=judge, cache_dir=Path(out_dir), make_backend=judge_backend, warn=warn
+    )
+    records = resolution.records
     vopts = viewer or ViewerOptions()
     check_viewer_options(vopts)
     stimuli = StimulusCache(resolve)
@@ -159,7 +173,7 @@ def write_audit_files(
     }
     from countgym.analysis.task_sections import task_of_record, write_task_sections
 
-    task_paths, sections = write_task_sections(records, out, seed=seed, judge=judge)
+    task_paths, sections = write_task_sections(records, out, seed=seed)
     fig_paths.update({p.stem: p for p in task_paths if p.suffix == ".png"})
     image_records = [r for r in records if task_of_record(r) == "image"]
     image_ids = {r.episode_id for r in image_records}
@@ -169,7 +183,7 @@ def write_audit_files(
         tables,
         figures=figures,
         viewer=view,
-        provenance=_provenance(records, tables, n_logs, n_resamples, seed),
+        provenance={**_provenance(records, tables, n_logs, n_resamples, seed), **resolution.provenance()},
         extra_sections=sections,
     )
     report_path = _write_bytes(page, out / "report.html")

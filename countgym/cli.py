@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import select
 import sys
 import warnings
 from collections.abc import Sequence
@@ -136,9 +137,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="episodes in the report's trajectory viewer (0: no viewer; default 40)")
     a.add_argument("--resamples", type=_positive_int, default=2000, help="bootstrap resamples (default 2000)")
     a.add_argument("--judge", default=None, metavar="MODEL",
-                   help="single-step tasks: resolve replies with several numbers with this model (cached)")
+                   help="judge replies with several numbers with this model instead of the run's own "
+                        "model (the paper's default); cached")
     a.add_argument("--judge-option", action="append", default=[], metavar="KEY=VALUE",
                    help="backend option for the judge (repeatable), e.g. api_base=...")
+    a.add_argument("--no-judge", action="store_true",
+                   help="leave replies with several numbers unresolved (no judge calls)")
+    a.add_argument("--parser", default=None, metavar="MODEL",
+                   help="resolve video replies the rules leave without a count with this model "
+                        "parser (the paper uses Qwen2.5-7B); cached")
+    a.add_argument("--parser-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="backend option for the parser (repeatable), e.g. api_base=...")
 
     rp = sub.add_parser("replay", help="re-render one observation of a logged episode")
     rp.add_argument("runfile")
@@ -229,9 +238,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     if res.stopped_by_cost:
         msg += f" (stopped at the spend cap: ${res.cost:.4f})"
     print(msg)
+    if all_failed(res):
+        print(f"countgym: error: {failure_summary(res)}", file=sys.stderr)
+        return 1
     for line in res.error_messages[:5]:
         print(f"  error: {line}", file=sys.stderr)
     return 0
+
+
+def all_failed(res: Any) -> bool:
+    """Every episode this invocation ran ended in error (a cell that ran nothing has not failed)."""
+    return res.ran > 0 and res.errors == res.ran
+
+
+def failure_summary(res: Any) -> str:
+    """One line for a cell whose episodes all failed: how many, the first error, the log."""
+    first = res.error_messages[0].splitlines()[0] if res.error_messages else "no message"
+    if len(first) > 200:
+        first = first[:197] + "..."
+    return f"all {res.ran} episodes ended in error (first: {first}); they are recorded in {res.log}"
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
@@ -242,15 +267,27 @@ def cmd_audit(args: argparse.Namespace) -> int:
     logs = find_logs(args.runs)
     if not logs:
         raise UserError(f"no episode logs (*.jsonl) found in {' '.join(args.runs)}")
-    judge = None
-    if args.judge:
-        from countgym.agents.backends import make_backend
+    from countgym.agents.backends import make_backend
+    from countgym.agents.registry import audit_hooks
+    from countgym.analysis.extraction import SAME_MODEL
 
+    if args.no_judge and (args.judge or args.judge_option):
+        raise UserError("--no-judge cannot be combined with --judge or --judge-option")
+    if args.judge_option and not args.judge:
+        raise UserError("--judge-option needs --judge MODEL (the default judge is the run's own model)")
+    if args.parser_option and not args.parser:
+        raise UserError("--parser-option needs --parser MODEL")
+    judge: Any = None if args.no_judge else SAME_MODEL
+    if args.judge:
         judge = make_backend(args.judge, **_parse_kv(args.judge_option))
+    parser = make_backend(args.parser, **_parse_kv(args.parser_option)) if args.parser else None
     files = write_audit_files(
         logs,
         Path(args.out),
         judge=judge,
+        parser=parser,
+        **audit_hooks(),
+        warn=lambda line: print(f"warning: {line}", file=sys.stderr),
         n_resamples=args.resamples,
         report=True,
         viewer=ViewerOptions(max_episodes=args.viewer_episodes),
@@ -285,15 +322,18 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from countgym.sweep import expand, load_config, run_sweep
+    from countgym.sweep import describe_cells, expand, load_config, run_sweep
 
     cfg = load_config(args.config)
     if args.dry_run:
         skipped: list[Any] = []
-        for cell in expand(cfg, skipped=skipped):
-            print(f"{cell.log_name()}  {cell.agent} {cell.model} on {cell.env_id()} {cell.dataset} {cell.env_options}")
-        for s in skipped:
-            print(f"skipped: {s.agent} on {s.env} {s.dataset} ({s.reason})")
+        cells = expand(cfg, skipped=skipped)
+        labels, common = describe_cells(cells)
+        for cell, label in zip(cells, labels, strict=True):
+            print(f"{cell.log_name()}  {label}")
+        for sk in skipped:
+            print(f"skipped: {sk.agent} on {sk.env} {sk.dataset} ({sk.reason})")
+        print(f"{len(cells)} cell{'s' if len(cells) != 1 else ''}" + (f"; common options: {common}" if common else ""))
         return 0
     if args.executor == "ray":
         from countgym.executors.ray_executor import run_sweep_ray
@@ -305,6 +345,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     errors = sum(r.errors for r in results)
     cost = sum(r.cost for r in results)
     print(f"{len(results)} cells, {ran} episodes run, {errors} errors, ${cost:.4f} recorded -> {cfg.out}")
+    failed = [r for r in results if all_failed(r)]
+    if failed:
+        print(
+            f"countgym: error: {len(failed)} of {len(results)} cells failed entirely; {failure_summary(failed[0])}",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
@@ -324,6 +371,18 @@ COMMANDS = {
 }
 
 
+def _stdout_closed() -> int:
+    """The reader of our output went away (``countgym ... | head -1``): stop quietly, as Unix
+    tools do (exit 141 = 128 + SIGPIPE), and keep Python from complaining when it flushes
+    stdout at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (AttributeError, OSError, ValueError):
+        pass
+    return 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``countgym`` command."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -336,20 +395,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Warnings (e.g. a skipped corrupt log line) are one line each, like errors.
     warnings.formatwarning = lambda msg, *a, **k: f"countgym: warning: {msg}\n"
     try:
-        if args.command == "scenes":
-            return cmd_scenes_make(args)
-        return COMMANDS[args.command](args)
+        rc = cmd_scenes_make(args) if args.command == "scenes" else COMMANDS[args.command](args)
+        sys.stdout.flush()  # a reader that went away shows here, not in Python's exit handler
+        return rc
     except UserError as e:
         print(f"countgym: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("countgym: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError as e:
+        if _stdout_is_closed():
+            return _stdout_closed()
+        return _internal_error(e)
     except Exception as e:  # noqa: BLE001 - last resort: one line, exit 1
-        if os.environ.get("COUNTGYM_DEBUG"):
-            raise
-        print(f"countgym: internal error: {type(e).__name__}: {e} (set COUNTGYM_DEBUG=1 for a traceback)", file=sys.stderr)
-        return 1
+        return _internal_error(e)
+
+
+def _internal_error(e: Exception) -> int:
+    if os.environ.get("COUNTGYM_DEBUG"):
+        raise e
+    print(f"countgym: internal error: {type(e).__name__}: {e} (set COUNTGYM_DEBUG=1 for a traceback)", file=sys.stderr)
+    return 1
+
+
+def _stdout_is_closed() -> bool:
+    """Whether the broken pipe is our stdout (its reader left), not a socket or a child's pipe."""
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+    except (AttributeError, OSError, ValueError):
+        return True  # no way to look (captured stream, no poll): the usual cause is stdout
+    poller.register(fd, select.POLLOUT)
+    return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
 
 
 if __name__ == "__main__":

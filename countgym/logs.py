@@ -23,6 +23,7 @@ SCHEMA_VERSION = 1
 
 Point = tuple[float, float]
 EndReason = Literal["answer", "budget", "invalid", "error"]
+ExtractedBy = Literal["rule", "parser", "judge", "typed", "none"]
 
 
 def utcnow() -> str:
@@ -73,6 +74,11 @@ class StepRecord(BaseModel):
     """The parsed action as a JSON object, or null when the reply did not parse."""
     parse_error: str | None = None
     """Why the reply was rejected (invalid reply), else null."""
+    reply_chars: int | None = None
+    """Length of the whole reply when it was longer than the stored part (``reply`` then holds
+    its last ``REPLY_LIMIT`` characters, the part the environment parsed); null otherwise."""
+    reply_sha256: str | None = None
+    """SHA-256 of the whole reply (UTF-8) when it was cut, else null."""
     message: str = ""
     """The environment's message returned to the policy after this step."""
     tags_added: list[Point] = Field(default_factory=list)
@@ -147,6 +153,10 @@ class EpisodeRecord(BaseModel):
     """The announced count (null when none)."""
     end: EndReason
     error: str | None = None
+    extracted_by: ExtractedBy | None = None
+    """How the answer was read from a free-text reply (single-step tasks): ``rule`` (the
+    environment's rules), ``parser`` (the audit's model parser), ``judge`` (the CounterCount
+    judge), ``typed`` (a typed action), ``none`` (no count); null when not applicable."""
     truth: Truth | None = None
     countgym_version: str
     template_hash: str

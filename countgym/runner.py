@@ -92,9 +92,12 @@ def run_episode(
         budget=env.budget,
         options=env.options(),
     )
-    if getattr(policy, "uses_truth", False) and stim.points is not None:
-        sw, sh = env._episode["stored_size"]
-        pts = [(x * 1000.0 / sw, y * 1000.0 / sh) for x, y in (stim.points or [])]
+    if getattr(policy, "uses_truth", False):
+        # Count-only stimuli (no points) still hand over the count: points are then None.
+        pts = None
+        if stim.points is not None:
+            sw, sh = env._episode["stored_size"]
+            pts = [(x * 1000.0 / sw, y * 1000.0 / sh) for x, y in stim.points]
         policy.give_truth(pts, stim.n)
     if hasattr(policy, "seed") and callable(policy.seed):
         policy.seed(seed)
@@ -222,6 +225,7 @@ def run_cell(
     """Run every (stimulus, repeat) of a cell not yet in its log; append each finished episode."""
     from countgym.agents.registry import check_agent_task
     from countgym.agents.registry import policy_factory as make_factory
+    from countgym.preflight import check_cell
     from countgym.tasks import load_dataset, task_of_env
 
     if concurrency < 1:
@@ -235,6 +239,7 @@ def run_cell(
     factory = policy_factory or make_factory(spec.agent, spec.model, spec.agent_options, concurrency=concurrency)
     # Bad environment options are the user's mistake: fail before any episode, not per episode.
     make_env(ds, spec.resolved_env_options(), arm=spec.agent, model=spec.model or spec.agent, env=env_id).close()
+    check_cell(spec.agent, ds, ds.ids()[: spec.limit] if spec.limit is not None else ds.ids(), env=env_id)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     log = out / spec.log_name()

@@ -186,13 +186,45 @@ def expand(cfg: SweepConfig, *, skipped: list[Skipped] | None = None) -> list[Ce
     return cells
 
 
+def cell_options(cell: CellSpec) -> dict[str, Any]:
+    """Every option of a cell, flat: environment options, then agent options (credentials
+    redacted; an agent option whose name an environment option has is shown as ``agent.NAME``)."""
+    from countgym.logs import redact
+
+    opts: dict[str, Any] = dict(cell.env_options)
+    for k, v in redact(cell.agent_options).items():
+        opts[f"agent.{k}" if k in opts else k] = v
+    return opts
+
+
+def describe_cells(cells: list[CellSpec]) -> tuple[list[str], str]:
+    """``(per-cell text, common text)``: each cell's name and the options in which it differs
+    from the others (all of them for a lone cell), and the options every cell shares."""
+    flat = [cell_options(c) for c in cells]
+    keys = list(dict.fromkeys(k for o in flat for k in o))
+    missing = object()
+    varying = [k for k in keys if len({repr(o.get(k, missing)) for o in flat}) > 1 or len(cells) == 1]
+    common = [k for k in keys if k not in varying]
+
+    def fmt(o: dict[str, Any], ks: list[str]) -> str:
+        return " ".join(f"{k}={o[k]!r}" for k in ks if k in o)
+
+    lines = []
+    for c, o in zip(cells, flat, strict=True):
+        what = f"{c.agent}{' ' + c.model if c.model else ''} on {c.dataset}{' in ' + c.env if c.env else ''}"
+        extra = fmt(o, varying)
+        lines.append(f"{what}  {extra}" if extra else what)
+    return lines, fmt(flat[0], common) if flat else ""
+
+
 def run_sweep(cfg: SweepConfig, *, progress: bool = True, force: bool = False) -> list[CellResult]:
     """Run every cell (resuming), honouring the sweep-wide spend cap."""
     out = Path(cfg.out)
     cells = expand(cfg)
     spent = {c.log_name(): done_episodes(out / c.log_name())[1] for c in cells}
     results: list[CellResult] = []
-    for i, cell in enumerate(cells, 1):
+    labels, _ = describe_cells(cells)
+    for i, (cell, label) in enumerate(zip(cells, labels, strict=True), 1):
         cap = None
         if cfg.max_cost is not None:
             others = sum(v for k, v in spent.items() if k != cell.log_name())
@@ -200,7 +232,7 @@ def run_sweep(cfg: SweepConfig, *, progress: bool = True, force: bool = False) -
             if cap <= 0:
                 print(f"[{i}/{len(cells)}] {cell.log_name()}: skipped, sweep spend cap reached")
                 continue
-        print(f"[{i}/{len(cells)}] {cell.agent} {cell.model} on {cell.env_id()} {cell.dataset} {cell.env_options}")
+        print(f"[{i}/{len(cells)}] {label}")
         res = run_cell(cell, out, concurrency=cfg.concurrency, max_cost=cap, force=force, progress=progress)
         spent[cell.log_name()] = res.cost
         results.append(res)

@@ -17,6 +17,7 @@ from countgym.envs.common import (
     new_episode,
     pick_stimulus_id,
     resolve_dataset_arg,
+    set_reply,
     stimulus_pool,
 )
 from countgym.envs.parser import ParseResult, parse_action
@@ -107,6 +108,8 @@ class CountImageEnv(gym.Env):
 
     # --- task hooks (read by ``countgym.tasks``; see the module docstring there) ---
     task: ClassVar[str] = "image"
+    MEDIA: ClassVar[str] = "image"
+    """What each stimulus must have on disk: an ``image`` or sampled ``frames``."""
     CELL_OPTIONS: ClassVar[frozenset[str]] = frozenset(
         {"tools", "budget", "extra_tools", "verify", "numbered", "order", "perturb",
          "one_point_per_call", "prompt", "reward", "tool_cost", "thinking"}
@@ -227,11 +230,15 @@ class CountImageEnv(gym.Env):
             raise RuntimeError("the episode has ended (or never started); call reset()")
         st = self.state
         rec = StepRecord(index=len(self._steps))
+        # A reply is stored and parsed within REPLY_LIMIT (its tail); the rest is its length and hash.
+        to_parse: Any = action
         if isinstance(action, Reply):
             rec.usage, rec.cost, rec.latency_s = action.usage, action.cost, action.latency_s
-            rec.reply = action.text
+            text = set_reply(rec, action.text) if isinstance(action.text, str) else None
+            if action.action is None:
+                to_parse = text
         elif isinstance(action, str):
-            rec.reply = action
+            to_parse = set_reply(rec, action)
 
         reward = 0.0
         terminated = truncated = False
@@ -245,7 +252,7 @@ class CountImageEnv(gym.Env):
             truncated = True
             parsed = ParseResult(None, None)
         else:
-            parsed = parse_action(action, tools=self.tools)
+            parsed = parse_action(to_parse, tools=self.tools)
             rec.action = action_to_dict(parsed.action) if parsed.action is not None else None
             rec.parse_error = parsed.error
 

@@ -182,7 +182,7 @@ def _task_tokens() -> dict[str, set[str]]:
 
 GENERIC_MODULES = ["countgym/cells.py", "countgym/runner.py", "countgym/sweep.py", "countgym/tasks.py",
                    "countgym/cli.py", "countgym/executors/__init__.py", "countgym/executors/ray_executor.py",
-                   "countgym/logs.py", "countgym/task.py", "countgym/demo.py", "agents/registry.py",
+                   "countgym/logs.py", "countgym/task.py", "countgym/demo.py", "countgym/preflight.py", "agents/registry.py",
                    "agents/base.py", "envs/common.py"]
 
 

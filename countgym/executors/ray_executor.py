@@ -156,6 +156,7 @@ def _plan_cell(
 ) -> _Plan:
     """Prepare one cell like ``run_cell`` does, and cut its pending episodes into shards."""
     from countgym.agents.registry import check_agent_task, is_model_arm, policy_factory
+    from countgym.preflight import check_cell
     from countgym.tasks import load_dataset, task_of_env
 
     env_id = spec.env_id()
@@ -176,6 +177,7 @@ def _plan_cell(
     done, cost = done_in_cell(out, spec)
     ds = load_dataset(env_id, spec.dataset)
     ids = ds.ids()[: spec.limit] if spec.limit is not None else ds.ids()
+    check_cell(spec.agent, ds, ids, env=env_id)
     todo = [(sid, r) for r in range(spec.repeats) for sid in ids if (sid, r) not in done]
     result = CellResult(log=log, skipped=len(ids) * spec.repeats - len(todo), cost=cost)
     size = shard_size or max(1, min(MAX_AUTO_SHARD, math.ceil(len(todo) / (2 * slots))))

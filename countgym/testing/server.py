@@ -16,6 +16,7 @@ DIRECT                   ``ANSWER: n``
 COT                      a sentence of reasoning, then ``ANSWER: n``
 LIST                     ``{"points": [...]}`` then ``ANSWER: n``
 TILE                     a count sentence, ``{"points": [...]}`` in the crop's frame, ``ANSWER: k``
+video PARSER, CF JUDGE   the last integer of the quoted reply, or ``NaN`` when it has none
 anything else            ``ANSWER: n``
 =======================  =========================================================================
 
@@ -48,7 +49,9 @@ from PIL import Image
 
 from countgym.agents.backends.base import decode_data_url
 from countgym.agents.blobs import detect_blobs
+from countgym.envs import cf_templates as CT
 from countgym.envs import templates as T
+from countgym.envs import video_templates as VT
 
 FAULT_KINDS: tuple[str, ...] = (
     "429",
@@ -87,6 +90,8 @@ _DIRECT_RE = _template_regex(T.DIRECT)
 _COT_RE = _template_regex(T.COT)
 _LIST_RE = _template_regex(T.LIST)
 _TILE_RE = _template_regex(T.TILE)
+_PARSER_RE = _template_regex(VT.PARSER)
+_JUDGE_RE = _template_regex(CT.JUDGE)
 _ONE_POINT_MARK = T.ONE_POINT.split("{", 1)[0]  # "Tag exactly ONE "
 _BUDGET_MARK = T.BUDGET_EXHAUSTED.split("{", 1)[0]
 _JSON_LINE_RE = re.compile(r"\{.*\}")
@@ -194,6 +199,10 @@ def model_reply(messages: Sequence[dict[str, Any]]) -> str:
             return f"Tag {placed} looks right. Next one.\n{tag}"
         return f"Every object carries exactly one tag.\n{answer}"
 
+    # The answer parser and the judge: this "model" reads the last integer of the quoted reply.
+    if (hit := _PARSER_RE.search(last_user)) or (hit := _JUDGE_RE.search(last_user)):
+        numbers = re.findall(r"(?<!\d)\d+(?!\d)", hit.group("response"))
+        return numbers[-1] if numbers else "NaN"
     if hit := _TILE_RE.search(last_user):
         pts, _ = _normalised_blobs(last_image, _target_for(hit.group("obj")))
         line = json.dumps({"points": pts}, separators=(",", ":"))
