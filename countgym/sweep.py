@@ -160,8 +160,9 @@ def expand(cfg: SweepConfig, *, skipped: list[Skipped] | None = None) -> list[Ce
     ):
         task = task_of_env(real)
         if not runs_on(arm, task):
-            if skipped is not None:
-                skipped.append(Skipped(arm, real, ds, f"{arm} does not run on the {task} task"))
+            left_out = Skipped(arm, real, ds, f"{arm} does not run on the {task} task")
+            if skipped is not None and left_out not in skipped:
+                skipped.append(left_out)
             continue
         # Axes and ablations a task's environment does not take collapse for that source.
         tools = tools if "tools" in takes[real] else None
