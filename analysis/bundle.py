@@ -71,17 +71,19 @@ def build_figures(
 ) -> dict[str, list[ReportFigure]]:
     """The report's figures per section (``range``, ``arms``, ``capacity``), as PNG bytes."""
     from . import plots
+    from .summary import primary_rows
 
+    summary = primary_rows(tables.summary)
     specs = (
-        ("range", "accuracy_vs_n", plots.accuracy_vs_n(tables.accuracy_by_n, tables.summary),
+        ("range", "accuracy_vs_n", plots.accuracy_vs_n(tables.accuracy_by_n, summary, tables.counting_range),
          "Exact accuracy vs n per model and arm: dots = observed, steps = isotonic fit, dashed = "
          "R80, bar at 80 % = its 95 % CI, triangle = right-censored."),
-        ("arms", "arm_comparison", plots.arm_comparison(tables.summary, tables.contrasts),
+        ("arms", "arm_comparison", plots.arm_comparison(summary, tables.contrasts),
          "Exact accuracy per arm (95 % CI) and paired contrasts b − a (filled = CI-solid)."),
-        ("capacity", "capacity_profile", plots.capacity_profile(tables.summary, tables.contrasts),
+        ("capacity", "capacity_profile", plots.capacity_profile(summary, tables.contrasts),
          "Capacity profile: pointing error vs tag gain over the direct arm, and the error mix "
          "per 100 objects."),
-        ("capacity", "tau_sensitivity", plots.tau_sensitivity(tables.summary, tau_scales),
+        ("capacity", "tau_sensitivity", plots.tau_sensitivity(summary, tau_scales),
          "Tau sensitivity: audit rates per 100 objects with tau scaled by 0.75, 1 and 1.5."),
     )  # fmt: skip
     out: dict[str, list[ReportFigure]] = {}
@@ -173,7 +175,7 @@ def write_audit_files(
     }
     from countgym.analysis.task_sections import task_of_record, write_task_sections
 
-    task_paths, sections = write_task_sections(records, out, seed=seed)
+    task_paths, sections = write_task_sections(records, out, seed=seed, episodes=tables.episodes)
     fig_paths.update({p.stem: p for p in task_paths if p.suffix == ".png"})
     image_records = [r for r in records if task_of_record(r) == "image"]
     image_ids = {r.episode_id for r in image_records}

@@ -11,7 +11,15 @@ one row per group and level of a key (by default the true count n).
 - Revision rate is the share of trajectories with a second tag call among those with at least
   one tag call.
 - R80 (``counting_range``): the counting range with its bootstrap CI (images resampled within
-  each level) and its right-censoring flag; ``n_levels`` is the number of tested counts.
+  each level) and its right-censoring flag, fitted on the main battery only
+  (``r80.curve_rows``); ``n_levels`` is the number of tested counts of that curve.
+- Stimulus sets: a group whose stimuli come from several sets (``meta.set``: the full
+  ``dotarrays`` battery holds main and four factor sets) gets its pooled row (``scope`` =
+  ``dataset``, ``set`` = ``all``) and one row per set (``scope`` = ``set``); only the main row
+  and the pooled row carry an R80 (the main battery's). ``scope`` = ``dataset`` rows are the
+  one-row-per-group table the figures use (``primary_rows``).
+- One column per option that can vary between cells (``arms.OPTION_COLUMNS``), so a row reads
+  without the logs.
 - Support size and prediction perplexity PP = 2^H (``distribution``), non-answers as one
   extra category of PP, not counted in the support.
 - EM and MAE come with percentile bootstrap CIs that resample episodes within the group, with a
@@ -27,11 +35,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .arms import OPTION_COLUMNS
 from .audit import AUDIT_LABELS, TAU_SCALES, scale_label
 from .bootstrap import bootstrap_ratios, percentile_interval
 from .distribution import prediction_perplexity, support_size
 from .metrics import counting_scores
-from .r80 import R80_THRESHOLD, range_for_group
+from .r80 import R80_THRESHOLD, curve_rows, range_for_group
 
 DEFAULT_BY: tuple[str, ...] = ("dataset", "arm", "model")
 
@@ -58,7 +67,8 @@ def summary_columns(
     """The columns ``summarize`` returns, in order."""
     sens = [f"{lab}_per100_{scale_label(s)}" for s in tau_scales for lab in AUDIT_LABELS]
     return [
-        *by, *_COUNTING_COLUMNS, *_RANGE_COLUMNS, "n_audited", "n_objects",
+        *by, *(["set", "scope"] if "set" not in by else ["scope"]),
+        *(k for k in OPTION_COLUMNS if k not in by), *_COUNTING_COLUMNS, *_RANGE_COLUMNS, "n_audited", "n_objects",
         *(f"{lab}_per100" for lab in AUDIT_LABELS),
         "cardinality_consistency", "pointing_error", "revision_rate", "tau_median", *sens,
     ]  # fmt: skip
@@ -134,7 +144,7 @@ def _range_row(
     g: pd.DataFrame, n_resamples: int, confidence: float, seed: int, threshold: float
 ) -> dict[str, Any]:
     cr = range_for_group(
-        g, threshold=threshold, n_resamples=n_resamples, confidence=confidence, seed=seed
+        curve_rows(g), threshold=threshold, n_resamples=n_resamples, confidence=confidence, seed=seed
     )
     return {
         "r80": cr.r80,
@@ -180,6 +190,18 @@ def _audit_row(g: pd.DataFrame, tau_scales: Sequence[float]) -> dict[str, Any]:
     return row
 
 
+def _option_row(g: pd.DataFrame, keys: Sequence[str]) -> dict[str, Any]:
+    """The group's value of every option column (``a|b`` if the group mixes values)."""
+    row: dict[str, Any] = {}
+    for k in OPTION_COLUMNS:
+        if k in keys:
+            continue
+        vals = [] if k not in g else [v for v in g[k].tolist() if v is not None and not pd.isna(v)]
+        uniq = sorted({str(v) for v in vals})
+        row[k] = None if not uniq else vals[0] if len(uniq) == 1 else "|".join(uniq)
+    return row
+
+
 def _group_key_dict(keys: list[str], key: Any) -> dict[str, Any]:
     vals = key if isinstance(key, tuple) else (key,)
     return dict(zip(keys, vals, strict=True))
@@ -203,17 +225,49 @@ def summarize(
     _check_episodes(episodes, (*_COUNTING_REQUIRED, *_AUDIT_REQUIRED))
     keys = _check_by(by, episodes)
     _check_options(n_resamples, confidence)
+    def row(key_values: dict[str, Any], g: pd.DataFrame, scope: str) -> dict[str, Any]:
+        return {
+            **key_values,
+            "scope": scope,
+            **_option_row(g, keys),
+            **_counting_row(g, n_resamples, confidence, seed),
+            **_range_row(g, n_resamples, confidence, seed, r80_threshold),
+            **_audit_row(g, tau_scales),
+        }
+
     rows = []
     for key, g in episodes.groupby(keys, sort=True, dropna=False):
-        rows.append(
-            {
-                **_group_key_dict(keys, key),
-                **_counting_row(g, n_resamples, confidence, seed),
-                **_range_row(g, n_resamples, confidence, seed, r80_threshold),
-                **_audit_row(g, tau_scales),
-            }
-        )
+        kv = _group_key_dict(keys, key)
+        sets = _set_values(g) if "set" not in keys else []
+        if "set" not in keys:
+            kv["set"] = sets[0] if len(sets) == 1 else (ALL_SETS if sets else None)
+        rows.append(row(kv, g, "dataset"))
+        if len(sets) > 1:
+            labels = np.array([_set_label(v) for v in g["set"].tolist()], dtype=object)
+            for s in sets:
+                rows.append(row({**kv, "set": s}, g[labels == s], "set"))
     return pd.DataFrame(rows, columns=summary_columns(keys, tau_scales))
+
+
+ALL_SETS = "all"
+"""``set`` of a dataset row that pools several stimulus sets (its R80 is the main battery's)."""
+
+
+def _set_label(v: Any) -> str | None:
+    return v if isinstance(v, str) and v else None
+
+
+def _set_values(g: pd.DataFrame) -> list[str]:
+    """The distinct stimulus sets (``meta.set``) of a group, sorted, ``main`` first."""
+    if "set" not in g.columns:
+        return []
+    found = {s for s in (_set_label(v) for v in g["set"].tolist()) if s is not None}
+    return sorted(found, key=lambda s: (s != "main", s))
+
+
+def primary_rows(summary: pd.DataFrame) -> pd.DataFrame:
+    """The one-row-per-group part of a summary (without the per-set rows)."""
+    return summary[summary["scope"] == "dataset"] if "scope" in summary.columns else summary
 
 
 def accuracy_by(

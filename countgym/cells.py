@@ -68,6 +68,16 @@ class CellSpec:
 
         return {**base_env_options(self.agent), **self.env_options}
 
+    def display_options(self) -> dict[str, Any]:
+        """The resolved environment options spelled as the log spells them (the tool list in
+        the environment's order, ``answer`` included), for the dry-run and progress lines."""
+        from countgym.envs.actions import canonical_tools
+
+        opts = self.resolved_env_options()
+        if "tools" in opts:
+            opts["tools"] = canonical_tools(opts["tools"])
+        return opts
+
     def key(self) -> str:
         """Short hash of the options that distinguish cells with the same names."""
         payload: dict[str, Any] = {"env": self.env_options, "agent": self.agent_options, "seed": self.seed}

@@ -110,6 +110,10 @@ class ArmSpec(BaseModel):
 
     name: str
     options: dict[str, Any] = Field(default_factory=dict)
+    defaults: dict[str, Any] | None = None
+    """The environment options of the arm's reference cell, as logged: a built-in arm's own
+    defaults (no ablation, its own tools and budget), a plug-in's environment defaults. Labels
+    name every cell against it. Optional: null in logs written before it was recorded."""
 
 
 class Truth(BaseModel):

@@ -119,6 +119,35 @@ def run_episode(
     return env.episode_record()
 
 
+_REFERENCES: dict[tuple[str, str, str, int], tuple[Any, dict[str, Any]]] = {}
+_REFERENCES_LOCK = threading.Lock()
+
+
+def reference_options(spec: CellSpec, ds: Dataset, env: Any = None) -> dict[str, Any] | None:
+    """The logged environment options of the cell's reference: its agent's own defaults (a
+    built-in arm without ablations, a plug-in's environment defaults). ``env`` is the cell's
+    environment, reused when the cell is the reference. None when it cannot be built."""
+    from countgym.agents.registry import base_env_options
+
+    try:
+        base = base_env_options(spec.agent)
+        if env is not None and spec.resolved_env_options() == base:
+            return dict(env.options())
+        key = (spec.agent, spec.model, spec.env_id(), id(ds))
+        with _REFERENCES_LOCK:
+            hit = _REFERENCES.get(key)
+        if hit is not None and hit[0] is ds:
+            return dict(hit[1])
+        ref = dict(make_env(ds, base, arm=spec.agent, model=spec.model or spec.agent, env=spec.env_id()).options())
+        with _REFERENCES_LOCK:
+            if len(_REFERENCES) > 64:
+                _REFERENCES.clear()
+            _REFERENCES[key] = (ds, ref)
+        return dict(ref)
+    except Exception:  # noqa: BLE001 - the reference is provenance; the episode must not fail on it
+        return None
+
+
 def _error_record(spec: CellSpec, dataset: Dataset, sid: str, repeat: int, seed: int, eid: str, err: str) -> EpisodeRecord:
     now = utcnow()
     stim = dataset[sid]
@@ -126,8 +155,12 @@ def _error_record(spec: CellSpec, dataset: Dataset, sid: str, repeat: int, seed:
         episode_id=eid,
         stimulus_id=sid,
         dataset=spec.dataset,
-        arm=ArmSpec(name=spec.agent, options=redact({**spec.resolved_env_options(), **spec.agent_options})),
-        env_options=spec.resolved_env_options(),
+        arm=ArmSpec(
+            name=spec.agent,
+            options=redact({**spec.display_options(), **spec.agent_options}),
+            defaults=reference_options(spec, dataset),
+        ),
+        env_options=spec.display_options(),
         model=spec.model or spec.agent,
         seed=seed,
         repeat=repeat,
@@ -164,7 +197,9 @@ def run_one(
         provider = getattr(factory, "provider", None)
         if provider:
             options["provider"] = provider
-        rec.arm = ArmSpec(name=spec.agent, options=redact(options))
+        rec.arm = ArmSpec(
+            name=spec.agent, options=redact(options), defaults=reference_options(spec, ds, env)
+        )
         return rec
     except Exception as e:  # noqa: BLE001 - an episode's failure is recorded, not raised
         detail = "".join(traceback.format_exception_only(type(e), e)).strip()

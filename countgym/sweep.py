@@ -188,11 +188,11 @@ def expand(cfg: SweepConfig, *, skipped: list[Skipped] | None = None) -> list[Ce
 
 
 def cell_options(cell: CellSpec) -> dict[str, Any]:
-    """Every option of a cell, flat: environment options, then agent options (credentials
+    """Every option of a cell, flat: the resolved environment options as the log spells them, then agent options (credentials
     redacted; an agent option whose name an environment option has is shown as ``agent.NAME``)."""
     from countgym.logs import redact
 
-    opts: dict[str, Any] = dict(cell.env_options)
+    opts: dict[str, Any] = cell.display_options()
     for k, v in redact(cell.agent_options).items():
         opts[f"agent.{k}" if k in opts else k] = v
     return opts

@@ -14,6 +14,14 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from countgym.logs import Usage
 
 TOOLS: tuple[str, ...] = ("tag", "crop", "erase", "grid", "answer")
+
+
+def canonical_tools(tools: Any) -> list[str]:
+    """A tool list as the environment enables and logs it: ``TOOLS`` order, ``answer`` always
+    on (``["grid", "tag"]`` -> ``["tag", "grid", "answer"]``). Unknown names are kept, last."""
+    names = tools.replace(",", " ").split() if isinstance(tools, str) else list(tools)
+    known = [t for t in TOOLS if t in names or t == "answer"]
+    return known + [t for t in names if t not in TOOLS]
 NormPoint = tuple[float, float]
 
 
