@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from countgym.errors import UserError
-from countgym.logs import iter_records
+from countgym.errors import UserError, is_transient_error
+from countgym.logs import identity_options, iter_records
 
 SHARDS_SUFFIX = ".shards"
 
@@ -80,7 +81,10 @@ class CellSpec:
 
     def key(self) -> str:
         """Short hash of the options that distinguish cells with the same names."""
-        payload: dict[str, Any] = {"env": self.env_options, "agent": self.agent_options, "seed": self.seed}
+        # Credentials are not part of a cell's identity: a rotated key resumes the same cell.
+        payload: dict[str, Any] = {
+            "env": self.env_options, "agent": identity_options(self.agent_options), "seed": self.seed,
+        }
         if self.env:
             payload["env_id"] = self.env  # absent for the dataset's own env: old logs resume
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:8]
@@ -253,3 +257,40 @@ def clear_log(log: str | Path) -> None:
 def clear_cell(out: str | Path, spec: CellSpec) -> None:
     """Delete a cell's main log and shard logs (``--force``)."""
     clear_log(Path(out) / spec.log_name())
+
+
+def drop_transient_errors(files: list[Path]) -> int:
+    """Remove the records of episodes that ended in a transient error (429, 5xx, timeout, dropped
+    connection) from log files, so that resuming runs them again instead of keeping a failure
+    that says nothing about the model. Each file is rewritten atomically (temporary file, then
+    rename), so a kill leaves either the old or the new file. Returns the records removed."""
+    dropped = 0
+    for f in files:
+        keep: list[bytes] = []
+        n = 0
+        with f.open("rb") as fh:
+            for line in fh:
+                if _is_transient_line(line):
+                    n += 1
+                else:
+                    keep.append(line)
+        if not n:
+            continue
+        tmp = f.with_name(f".{f.name}.{os.getpid()}.retry.tmp")
+        with tmp.open("wb") as out:
+            out.write(b"".join(keep))
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, f)
+        dropped += n
+    return dropped
+
+
+def _is_transient_line(line: bytes) -> bool:
+    if b'"end":"error"' not in line and b'"end": "error"' not in line:  # most lines are not errors
+        return False
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return False  # a corrupt line is the readers' to report, not ours to drop
+    return isinstance(data, dict) and data.get("end") == "error" and is_transient_error(data.get("error"))

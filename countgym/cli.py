@@ -117,6 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=_non_negative_int, default=0)
     r.add_argument("--max-cost", type=float, default=None, help="stop starting episodes at this spend (USD)")
     r.add_argument("--force", action="store_true", help="discard this cell's log and run again")
+    r.add_argument("--no-retry-errors", action="store_true",
+                   help="on resume, keep episodes that ended in a transient error (429, 5xx, timeout) "
+                        "instead of running them again")
     r.add_argument("--no-progress", action="store_true")
 
     sw = sub.add_parser("sweep", help="run a grid of cells from a TOML/YAML config (resumable)")
@@ -125,6 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="ray: shard episodes into Ray tasks (local instance, or the cluster at RAY_ADDRESS)")
     sw.add_argument("--force", action="store_true", help="discard the logs of the sweep's cells and rerun")
     sw.add_argument("--dry-run", action="store_true", help="list the cells and exit")
+    sw.add_argument("--no-retry-errors", action="store_true",
+                    help="on resume, keep episodes that ended in a transient error instead of re-running them")
     sw.add_argument("--no-progress", action="store_true")
 
     sub.add_parser("testserver", help="a local OpenAI-compatible server that answers like a model",
@@ -233,8 +238,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         max_cost=args.max_cost,
         force=args.force,
         progress=not args.no_progress,
+        retry_errors=not args.no_retry_errors,
     )
-    msg = f"{res.ran} episodes run, {res.skipped} already done, {res.errors} errors -> {res.log}"
+    retried = f" ({res.retried} re-run after a transient error)" if res.retried else ""
+    msg = f"{res.ran} episodes run{retried}, {res.skipped} already done, {res.errors} errors -> {res.log}"
     if res.stopped_by_cost:
         msg += f" (stopped at the spend cap: ${res.cost:.4f})"
     print(msg)
@@ -242,7 +249,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"countgym: error: {failure_summary(res)}", file=sys.stderr)
         return 1
     for line in res.error_messages[:5]:
-        print(f"  error: {line}", file=sys.stderr)
+        print(f"  error: {_scrub(line)}", file=sys.stderr)
     return 0
 
 
@@ -256,7 +263,7 @@ def failure_summary(res: Any) -> str:
     first = res.error_messages[0].splitlines()[0] if res.error_messages else "no message"
     if len(first) > 200:
         first = first[:197] + "..."
-    return f"all {res.ran} episodes ended in error (first: {first}); they are recorded in {res.log}"
+    return _scrub(f"all {res.ran} episodes ended in error (first: {first}); they are recorded in {res.log}")
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
@@ -338,9 +345,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.executor == "ray":
         from countgym.executors.ray_executor import run_sweep_ray
 
-        results = run_sweep_ray(cfg, progress=not args.no_progress, force=args.force)
+        results = run_sweep_ray(cfg, progress=not args.no_progress, force=args.force,
+                                retry_errors=not args.no_retry_errors)
     else:
-        results = run_sweep(cfg, progress=not args.no_progress, force=args.force)
+        results = run_sweep(cfg, progress=not args.no_progress, force=args.force,
+                            retry_errors=not args.no_retry_errors)
     ran = sum(r.ran for r in results)
     errors = sum(r.errors for r in results)
     cost = sum(r.cost for r in results)
@@ -399,7 +408,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # a reader that went away shows here, not in Python's exit handler
         return rc
     except UserError as e:
-        print(f"countgym: error: {e}", file=sys.stderr)
+        print(f"countgym: error: {_scrub(str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("countgym: interrupted", file=sys.stderr)
@@ -415,7 +424,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _internal_error(e: Exception) -> int:
     if os.environ.get("COUNTGYM_DEBUG"):
         raise e
-    print(f"countgym: internal error: {type(e).__name__}: {e} (set COUNTGYM_DEBUG=1 for a traceback)", file=sys.stderr)
+    print(f"countgym: internal error: {type(e).__name__}: {_scrub(str(e))} (set COUNTGYM_DEBUG=1 for a traceback)",
+          file=sys.stderr)
     return 1
 
 
@@ -428,6 +438,12 @@ def _stdout_is_closed() -> bool:
         return True  # no way to look (captured stream, no poll): the usual cause is stdout
     poller.register(fd, select.POLLOUT)
     return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+
+
+def _scrub(text: str) -> str:
+    from countgym.secrets import scrub_text
+
+    return scrub_text(text)
 
 
 if __name__ == "__main__":

@@ -21,10 +21,11 @@ from typing import Any
 from tqdm import tqdm
 
 import countgym
-from countgym.cells import CellSpec, clear_log, done_in_files, log_files_of
+from countgym.cells import CellSpec, clear_log, done_in_files, drop_transient_errors, log_files_of
+from countgym.deadlines import episode_scope
 from countgym.envs import templates as tpl
 from countgym.envs.actions import Reply
-from countgym.errors import UserError
+from countgym.errors import ProviderQuotaError, UserError
 from countgym.logs import ArmSpec, EpisodeRecord, LogWriter, Truth, redact, utcnow
 from countgym.stimulus import Dataset
 from countgym.task import Task
@@ -45,6 +46,8 @@ class CellResult:
     errors: int = 0
     cost: float = 0.0
     stopped_by_cost: bool = False
+    retried: int = 0
+    """Episodes whose transient-error records were removed so that they run again."""
     error_messages: list[str] = field(default_factory=list)
 
 
@@ -77,7 +80,17 @@ def run_episode(
     episode_id: str | None = None,
     max_steps: int = 2000,
 ) -> EpisodeRecord:
-    """Run one episode to its end and return its record (never raises on policy failures)."""
+    """Run one episode to its end and return its record (never raises on policy failures, except
+    ``ProviderQuotaError``, which stops the cell). The episode's model calls share one deadline
+    (``episode_scope``)."""
+    with episode_scope():
+        return _run_episode(env, policy, stimulus_id, repeat=repeat, seed=seed, episode_id=episode_id,
+                            max_steps=max_steps)
+
+
+def _run_episode(
+    env: Any, policy: Any, stimulus_id: str, *, repeat: int, seed: int, episode_id: str | None, max_steps: int
+) -> EpisodeRecord:
     obs, _info = env.reset(
         seed=seed, options={"stimulus_id": stimulus_id, "repeat": repeat, "episode_id": episode_id}
     )
@@ -103,12 +116,16 @@ def run_episode(
         policy.seed(seed)
     try:
         policy.reset(obs, task)
+    except ProviderQuotaError:
+        raise
     except Exception as e:  # noqa: BLE001 - a plug-in's failure is recorded, not raised
         obs, *_ = env.step(Reply(text="", error=f"policy reset failed: {type(e).__name__}: {e}"))
         return env.episode_record()
     for _ in range(max_steps):
         try:
             action = policy.act(obs)
+        except ProviderQuotaError:
+            raise
         except Exception as e:  # noqa: BLE001
             action = Reply(text="", error=f"policy failed: {type(e).__name__}: {e}")
         obs, _r, terminated, truncated, _info = env.step(action)
@@ -174,6 +191,12 @@ def _error_record(spec: CellSpec, dataset: Dataset, sid: str, repeat: int, seed:
     )
 
 
+def write_cell_header(path: Path, spec: CellSpec, provider: dict[str, Any] | None = None) -> None:
+    """The cell's ``.cell.json``: its spec, provider parameters and version, credentials masked."""
+    header = {**asdict(spec), "provider": provider, "countgym_version": countgym.__version__}
+    path.write_text(json.dumps(redact(header), indent=2, default=str))
+
+
 def done_episodes(log: Path) -> tuple[set[tuple[str, int]], float]:
     """(stimulus_id, repeat) pairs already in a cell's logs (the main log and any Ray shard
     logs), and the cost they recorded, each episode counted once."""
@@ -201,6 +224,8 @@ def run_one(
             name=spec.agent, options=redact(options), defaults=reference_options(spec, ds, env)
         )
         return rec
+    except ProviderQuotaError:
+        raise
     except Exception as e:  # noqa: BLE001 - an episode's failure is recorded, not raised
         detail = "".join(traceback.format_exception_only(type(e), e)).strip()
         rec = _error_record(spec, ds, sid, r, seed, eid, detail)
@@ -217,7 +242,8 @@ def run_pairs(
 ) -> bool:
     """Run (stimulus_id, repeat) pairs, sequentially or on ``concurrency`` threads (model calls
     are I/O bound), recording each as it finishes; no new episode starts once ``over_budget()``.
-    Returns True when the spend cap stopped the run."""
+    Returns True when the spend cap stopped the run. A ``ProviderQuotaError`` stops the run too:
+    no new episode starts, the ones in flight are recorded, then it is raised."""
     if concurrency <= 1:
         for sid, r in pairs:
             if over_budget():
@@ -225,12 +251,13 @@ def run_pairs(
             record(one(sid, r))
         return False
     stopped = False
+    quota: ProviderQuotaError | None = None
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         pending: set[Future[EpisodeRecord]] = set()
         it: Iterator[tuple[str, int]] = iter(pairs)
         exhausted = False
         while True:
-            while not exhausted and len(pending) < concurrency:
+            while not exhausted and quota is None and len(pending) < concurrency:
                 if over_budget():
                     stopped = exhausted = True
                     break
@@ -240,10 +267,17 @@ def run_pairs(
                     break
                 pending.add(pool.submit(one, *nxt))
             if not pending:
+                if quota is not None:
+                    raise quota
                 return stopped
             finished, pending = wait(pending, return_when=FIRST_COMPLETED)
             for f in finished:
-                record(f.result())
+                try:
+                    rec = f.result()
+                except ProviderQuotaError as e:
+                    quota = quota or e
+                    continue
+                record(rec)
 
 
 def run_cell(
@@ -256,8 +290,13 @@ def run_cell(
     max_cost: float | None = None,
     force: bool = False,
     progress: bool = True,
+    retry_errors: bool = True,
 ) -> CellResult:
-    """Run every (stimulus, repeat) of a cell not yet in its log; append each finished episode."""
+    """Run every (stimulus, repeat) of a cell not yet in its log; append each finished episode.
+
+    With ``retry_errors`` (the default) the records of episodes that ended in a transient error
+    (``countgym.errors.is_transient_error``: 429, 5xx, timeout, dropped connection) are removed
+    first, so those episodes run again; ``False`` keeps them as they are."""
     from countgym.agents.registry import check_agent_task
     from countgym.agents.registry import policy_factory as make_factory
     from countgym.preflight import check_cell
@@ -280,16 +319,13 @@ def run_cell(
     log = out / spec.log_name()
     if force:
         clear_log(log)
-    provider = getattr(factory, "provider", None)
-    header = {**asdict(spec), "agent_options": redact(spec.agent_options), "provider": provider}
-    (out / (log.stem + ".cell.json")).write_text(
-        json.dumps({**header, "countgym_version": countgym.__version__}, indent=2, default=str)
-    )
+    write_cell_header(out / (log.stem + ".cell.json"), spec, getattr(factory, "provider", None))
     writer = LogWriter(log)
+    retried = drop_transient_errors(log_files_of(log)) if retry_errors else 0
     done, cost = done_episodes(log)
     ids = ds.ids()[: spec.limit] if spec.limit is not None else ds.ids()
     todo = [(sid, r) for r in range(spec.repeats) for sid in ids if (sid, r) not in done]
-    result = CellResult(log=log, skipped=len(ids) * spec.repeats - len(todo), cost=cost)
+    result = CellResult(log=log, skipped=len(ids) * spec.repeats - len(todo), cost=cost, retried=retried)
     lock = threading.Lock()
 
     def one(sid: str, r: int) -> EpisodeRecord:

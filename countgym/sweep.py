@@ -218,8 +218,11 @@ def describe_cells(cells: list[CellSpec]) -> tuple[list[str], str]:
     return lines, fmt(flat[0], common) if flat else ""
 
 
-def run_sweep(cfg: SweepConfig, *, progress: bool = True, force: bool = False) -> list[CellResult]:
-    """Run every cell (resuming), honouring the sweep-wide spend cap."""
+def run_sweep(
+    cfg: SweepConfig, *, progress: bool = True, force: bool = False, retry_errors: bool = True
+) -> list[CellResult]:
+    """Run every cell (resuming, transient errors re-run unless ``retry_errors`` is False),
+    honouring the sweep-wide spend cap."""
     out = Path(cfg.out)
     cells = expand(cfg)
     spent = {c.log_name(): done_episodes(out / c.log_name())[1] for c in cells}
@@ -234,7 +237,8 @@ def run_sweep(cfg: SweepConfig, *, progress: bool = True, force: bool = False) -
                 print(f"[{i}/{len(cells)}] {cell.log_name()}: skipped, sweep spend cap reached")
                 continue
         print(f"[{i}/{len(cells)}] {label}")
-        res = run_cell(cell, out, concurrency=cfg.concurrency, max_cost=cap, force=force, progress=progress)
+        res = run_cell(cell, out, concurrency=cfg.concurrency, max_cost=cap, force=force, progress=progress,
+                       retry_errors=retry_errors)
         spent[cell.log_name()] = res.cost
         results.append(res)
     return results

@@ -26,5 +26,8 @@ def load_litellm() -> Any:
                 raise MissingExtraError("litellm", "api") from None
             litellm.suppress_debug_info = True
             litellm.telemetry = False
+            # httpx, as the synchronous path uses: the same URL and auth handling (aiohttp, the
+            # async default, rejects an api_base with credentials in it next to the bearer key).
+            litellm.disable_aiohttp_transport = True
             _LITELLM = litellm
     return _LITELLM
