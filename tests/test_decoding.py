@@ -148,14 +148,14 @@ def test_litellm_maps_reasoning_off_to_the_providers_switch(model: str, provider
 
 
 def test_backend_sends_the_provider_switch(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The keyword arguments ``litellm.completion`` receives, for providers without a test server."""
+    """The keyword arguments ``litellm.acompletion`` receives, for providers without a test server."""
     sent: list[dict[str, Any]] = []
 
-    def fake_completion(**kw: Any) -> Any:
+    async def fake_completion(**kw: Any) -> Any:
         sent.append(kw)
         raise RuntimeError("stop here")
 
-    monkeypatch.setattr(_litellm(), "completion", fake_completion)
+    monkeypatch.setattr(_litellm(), "acompletion", fake_completion)
     for model in ("anthropic/claude-sonnet-4-5", "gemini/gemini-2.5-flash"):
         LiteLLMBackend(model, api_key="k", thinking=False, max_attempts=1).complete(MESSAGES)
     assert sent[0]["thinking"] == {"type": "disabled"} and "reasoning_effort" not in sent[0]
