@@ -196,6 +196,9 @@ class EpisodeRecord(BaseModel):
     """SHA-256 of the stimulus media the episode saw."""
     dataset: str
     """Dataset folder or battery name."""
+    env: str | None = None
+    """Registered environment id the episode ran in (``countgym/CounterCount-v0``); None in
+    logs written before cells named their environment."""
     arm: ArmSpec
     env_options: dict[str, Any] = Field(default_factory=dict)
     """The environment options (tools, budget, verify, numbered, order, perturb, ...)."""

@@ -1,4 +1,4 @@
-"""Running episodes: one episode, and one cell (dataset x arm x model x options) with resume.
+"""The run loop: one episode, and one cell (environment x policy x options) with resume.
 
 A cell's episodes go to one JSONL log. Re-running the same cell skips every episode already in
 the log (finished or recorded as an error), so a killed run resumes without duplicates; ``force``
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import threading
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -22,64 +21,19 @@ from typing import Any
 from tqdm import tqdm
 
 import countgym
-from countgym.agents.base import Task
+from countgym.cells import CellSpec, clear_log, done_in_files, drop_transient_errors, log_files_of
 from countgym.deadlines import episode_scope
 from countgym.envs import templates as tpl
 from countgym.envs.actions import Reply
 from countgym.errors import ProviderQuotaError, UserError
-from countgym.logs import ArmSpec, EpisodeRecord, LogWriter, Truth, identity_options, redact, utcnow
+from countgym.logs import ArmSpec, EpisodeRecord, LogWriter, Truth, redact, utcnow
 from countgym.stimulus import Dataset
+from countgym.task import Task
 
-
-@dataclass(frozen=True)
-class CellSpec:
-    """One cell of a sweep: everything that identifies a run's episodes."""
-
-    dataset: str
-    """Battery name (optionally ``name:subset``) or dataset folder."""
-    agent: str
-    """Built-in policy/arm name or ``package.module:ClassName``."""
-    model: str = ""
-    """Model id for model-backed arms; scripted policies use their own name."""
-    env_options: dict[str, Any] = field(default_factory=dict)
-    """Image-environment options (tools, budget, verify, numbered, order, perturb, prompt, ...)."""
-    agent_options: dict[str, Any] = field(default_factory=dict)
-    """Keyword arguments for the policy constructor."""
-    repeats: int = 1
-    limit: int | None = None
-    """Run only the first ``limit`` stimuli of the dataset (manifest order)."""
-    seed: int = 0
-
-    def resolved_env_options(self) -> dict[str, Any]:
-        """The arm's own environment options overridden by ``env_options``."""
-        from countgym.tasks import base_env_options
-
-        return {**base_env_options(self.agent), **self.env_options}
-
-    def display_options(self) -> dict[str, Any]:
-        """The resolved environment options spelled as the log spells them (the tool list in
-        the environment's order, ``answer`` included), for the dry-run and progress lines."""
-        from countgym.envs.actions import canonical_tools
-
-        opts = self.resolved_env_options()
-        if "tools" in opts:
-            opts["tools"] = canonical_tools(opts["tools"])
-        return opts
-
-    def key(self) -> str:
-        """Short hash of the options that distinguish cells with the same names."""
-        # Credentials are not part of a cell's identity: a rotated key resumes the same cell.
-        payload = json.dumps(
-            {"env": self.env_options, "agent": identity_options(self.agent_options), "seed": self.seed},
-            sort_keys=True,
-            default=str,
-        )
-        return hashlib.sha256(payload.encode()).hexdigest()[:8]
-
-    def log_name(self) -> str:
-        """File name of the cell's log."""
-        model = self.model or self.agent
-        return f"{_slug(self.dataset)}__{_slug(self.agent)}__{_slug(model)}__{self.key()}.jsonl"
+__all__ = [
+    "CellResult", "CellSpec", "done_episodes", "episode_seed", "make_env", "run_cell",
+    "run_episode", "run_one", "run_pairs",
+]
 
 
 @dataclass
@@ -97,22 +51,23 @@ class CellResult:
     error_messages: list[str] = field(default_factory=list)
 
 
-def _slug(s: str) -> str:
-    s = re.sub(r"[^A-Za-z0-9.+-]+", "-", str(s).strip("/")).strip("-")
-    return s[-60:] or "x"
-
-
 def episode_seed(base: int, stimulus_id: str, repeat: int) -> int:
     """Stable per-episode seed, independent of run order and process."""
     h = hashlib.sha256(f"{base}|{stimulus_id}|{repeat}".encode()).digest()
     return int.from_bytes(h[:4], "little") & 0x7FFFFFFF
 
 
-def make_env(dataset: Dataset | str, env_options: dict[str, Any], *, arm: str, model: str) -> Any:
-    """Build the environment of the agent's task for a cell (unwrapped: checked once, in tests)."""
-    from countgym.tasks import make_task_env
+def make_env(
+    dataset: Dataset | str, env_options: dict[str, Any], *, arm: str, model: str, env: str | None = None
+) -> Any:
+    """Build a cell's environment (unwrapped: checked once, in tests): the registered id
+    ``env``, or the environment of the dataset's task."""
+    from countgym.tasks import env_for_dataset, make_task_env
 
-    return make_task_env(arm, dataset, env_options, model=model)
+    if not env:
+        # A Dataset object is claimed by its folder (its manifest says which task it is).
+        env = env_for_dataset(dataset if isinstance(dataset, str) else str(dataset.root))
+    return make_task_env(env, dataset, env_options, arm=arm, model=model)
 
 
 def run_episode(
@@ -181,7 +136,7 @@ def _run_episode(
     return env.episode_record()
 
 
-_REFERENCES: dict[tuple[str, str, int], tuple[Any, dict[str, Any]]] = {}
+_REFERENCES: dict[tuple[str, str, str, int], tuple[Any, dict[str, Any]]] = {}
 _REFERENCES_LOCK = threading.Lock()
 
 
@@ -189,18 +144,18 @@ def reference_options(spec: CellSpec, ds: Dataset, env: Any = None) -> dict[str,
     """The logged environment options of the cell's reference: its agent's own defaults (a
     built-in arm without ablations, a plug-in's environment defaults). ``env`` is the cell's
     environment, reused when the cell is the reference. None when it cannot be built."""
-    from countgym.tasks import base_env_options
+    from countgym.agents.registry import base_env_options
 
     try:
         base = base_env_options(spec.agent)
         if env is not None and spec.resolved_env_options() == base:
             return dict(env.options())
-        key = (spec.agent, spec.model, id(ds))
+        key = (spec.agent, spec.model, spec.env_id(), id(ds))
         with _REFERENCES_LOCK:
             hit = _REFERENCES.get(key)
         if hit is not None and hit[0] is ds:
             return dict(hit[1])
-        ref = dict(make_env(ds, base, arm=spec.agent, model=spec.model or spec.agent).options())
+        ref = dict(make_env(ds, base, arm=spec.agent, model=spec.model or spec.agent, env=spec.env_id()).options())
         with _REFERENCES_LOCK:
             if len(_REFERENCES) > 64:
                 _REFERENCES.clear()
@@ -245,8 +200,6 @@ def write_cell_header(path: Path, spec: CellSpec, provider: dict[str, Any] | Non
 def done_episodes(log: Path) -> tuple[set[tuple[str, int]], float]:
     """(stimulus_id, repeat) pairs already in a cell's logs (the main log and any Ray shard
     logs), and the cost they recorded, each episode counted once."""
-    from countgym.executors import done_in_files, log_files_of
-
     return done_in_files(log_files_of(log))
 
 
@@ -257,10 +210,12 @@ def run_one(
     fields (arm options with the provider parameters, credentials redacted). Never raises."""
     seed = episode_seed(spec.seed, sid, r)
     eid = f"{log_stem}/{sid}/r{r}"
+    env_id = spec.env_id()
     try:
-        env = make_env(ds, spec.resolved_env_options(), arm=spec.agent, model=spec.model or spec.agent)
+        env = make_env(ds, spec.resolved_env_options(), arm=spec.agent, model=spec.model or spec.agent, env=env_id)
         rec = run_episode(env, factory(), sid, repeat=r, seed=seed, episode_id=eid)
         rec.dataset = spec.dataset
+        rec.env = env_id
         options = {**env.options(), **spec.agent_options}
         provider = getattr(factory, "provider", None)
         if provider:
@@ -273,7 +228,9 @@ def run_one(
         raise
     except Exception as e:  # noqa: BLE001 - an episode's failure is recorded, not raised
         detail = "".join(traceback.format_exception_only(type(e), e)).strip()
-        return _error_record(spec, ds, sid, r, seed, eid, detail)
+        rec = _error_record(spec, ds, sid, r, seed, eid, detail)
+        rec.env = env_id
+        return rec
 
 
 def run_pairs(
@@ -340,26 +297,27 @@ def run_cell(
     With ``retry_errors`` (the default) the records of episodes that ended in a transient error
     (``countgym.errors.is_transient_error``: 429, 5xx, timeout, dropped connection) are removed
     first, so those episodes run again; ``False`` keeps them as they are."""
+    from countgym.agents.registry import check_agent_task
     from countgym.agents.registry import policy_factory as make_factory
-    from countgym.executors import drop_transient_errors, log_files_of
     from countgym.preflight import check_cell
-    from countgym.tasks import resolve_for
+    from countgym.tasks import load_dataset, task_of_env
 
     if concurrency < 1:
         raise UserError(f"--concurrency must be >= 1, got {concurrency}")
     if spec.repeats < 1:
         raise UserError(f"--repeats must be >= 1, got {spec.repeats}")
-    ds = dataset if dataset is not None else resolve_for(spec.agent, spec.dataset)
+    env_id = spec.env_id()
+    if policy_factory is None:
+        check_agent_task(spec.agent, task_of_env(env_id), env_id)
+    ds = dataset if dataset is not None else load_dataset(env_id, spec.dataset)
     factory = policy_factory or make_factory(spec.agent, spec.model, spec.agent_options, concurrency=concurrency)
     # Bad environment options are the user's mistake: fail before any episode, not per episode.
-    make_env(ds, spec.resolved_env_options(), arm=spec.agent, model=spec.model or spec.agent).close()
-    check_cell(spec.agent, ds, ds.ids()[: spec.limit] if spec.limit is not None else ds.ids())
+    make_env(ds, spec.resolved_env_options(), arm=spec.agent, model=spec.model or spec.agent, env=env_id).close()
+    check_cell(spec.agent, ds, ds.ids()[: spec.limit] if spec.limit is not None else ds.ids(), env=env_id)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     log = out / spec.log_name()
     if force:
-        from countgym.executors import clear_log
-
         clear_log(log)
     write_cell_header(out / (log.stem + ".cell.json"), spec, getattr(factory, "provider", None))
     writer = LogWriter(log)

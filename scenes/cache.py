@@ -10,6 +10,7 @@ left, and says when it is done; it never runs silently.
 from __future__ import annotations
 
 import fcntl
+import os
 import shutil
 import sys
 import tempfile
@@ -20,6 +21,21 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from countgym.errors import UserError
+
+CACHE_ENV = "COUNTGYM_CACHE"
+DERIVED_CACHE_ENV = "COUNTGYM_DERIVED_CACHE"
+
+
+def cache_root() -> Path:
+    """Where batteries are built on demand: ``$COUNTGYM_CACHE`` or ``~/.cache/countgym``."""
+    env = os.environ.get(CACHE_ENV)
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "countgym"
+
+
+def derived_cache_root() -> Path:
+    """``$COUNTGYM_DERIVED_CACHE``, else ``<countgym cache>/derived``."""
+    env = os.environ.get(DERIVED_CACHE_ENV)
+    return Path(env).expanduser() if env else cache_root() / "derived"
 
 
 def _ready(final: Path) -> bool:

@@ -17,12 +17,12 @@ pytest.importorskip("litellm")
 
 from countgym.agents.backends.base import message, text_part  # noqa: E402
 from countgym.agents.backends.litellm_backend import LiteLLMBackend  # noqa: E402
-from countgym.agents.testserver import TestServer  # noqa: E402
 from countgym.cli import main  # noqa: E402
 from countgym.deadlines import episode_scope  # noqa: E402
 from countgym.errors import is_transient_error  # noqa: E402
 from countgym.logs import read_records  # noqa: E402
 from countgym.scenes.photos.download import download_images  # noqa: E402
+from countgym.testing.server import TestServer  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*ReadOnly.*:UserWarning")
 TRICKLE_S = 2.0  # one byte every 2 s: every read returns within the 3 s timeouts below

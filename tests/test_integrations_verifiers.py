@@ -16,10 +16,10 @@ if not hasattr(vf, "MultiTurnEnv"):  # pragma: no cover - verifiers >= 0.4 dropp
 from verifiers.types import ClientConfig  # noqa: E402
 
 from countgym.agents.arms import arm_env_options, make_arm_policy  # noqa: E402
-from countgym.agents.testserver import TestServer  # noqa: E402
 from countgym.errors import MissingExtraError, UserError  # noqa: E402
 from countgym.integrations.verifiers import load_environment  # noqa: E402
 from countgym.logs import EpisodeRecord  # noqa: E402
+from countgym.testing.server import TestServer  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
 

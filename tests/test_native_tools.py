@@ -9,12 +9,12 @@ import urllib.request
 import pytest
 
 from countgym.agents.arms import ChatPolicy, arm_env_options, make_arm_policy
-from countgym.agents.testserver import TestServer
 from countgym.envs import native_tools as nt
 from countgym.envs import templates as tpl
 from countgym.envs.actions import Reply
 from countgym.envs.image_env import CountImageEnv
 from countgym.errors import UserError
+from countgym.testing.server import TestServer
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*ReadOnly.*:UserWarning")
 

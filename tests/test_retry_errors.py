@@ -13,11 +13,11 @@ import pytest
 
 pytest.importorskip("litellm")
 
-from countgym.agents.testserver import TestServer  # noqa: E402
 from countgym.analysis import write_audit  # noqa: E402
 from countgym.cli import main  # noqa: E402
 from countgym.errors import is_transient_error  # noqa: E402
 from countgym.logs import read_records  # noqa: E402
+from countgym.testing.server import TestServer  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*ReadOnly.*:UserWarning")
 

@@ -12,12 +12,12 @@ import pytest
 
 pytest.importorskip("litellm")
 
-from countgym.agents.testserver import TestServer  # noqa: E402
 from countgym.analysis import write_audit  # noqa: E402
 from countgym.envs.actions import Reply  # noqa: E402
 from countgym.logs import read_records  # noqa: E402
 from countgym.runner import CellSpec, run_cell  # noqa: E402
 from countgym.secrets import redact_url, scrub_data, scrub_text  # noqa: E402
+from countgym.testing.server import TestServer  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*ReadOnly.*:UserWarning")
 ENV_KEY = "sk-env-ECHOED-0123456789"

@@ -37,6 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from countgym.agents.backends.base import BaseChatModel, Message, png_data_url
+from countgym.agents.backends.litellm_import import load_litellm as _litellm
 from countgym.agents.backends.reasoning import ReasoningRequest, reasoning_request
 from countgym.deadlines import episode_elapsed
 from countgym.envs.actions import Reply
@@ -44,8 +45,6 @@ from countgym.errors import TRANSIENT_MARK, MissingExtraError, ProviderQuotaErro
 from countgym.logs import Usage
 from countgym.secrets import redact_url, register_secret, register_url_secrets, scrub_text
 
-_LITELLM: Any = None
-_LITELLM_LOCK = threading.Lock()
 _LOOP: asyncio.AbstractEventLoop | None = None
 _LOOP_PID = 0
 _LOOP_LOCK = threading.Lock()
@@ -79,26 +78,6 @@ def _event_loop() -> asyncio.AbstractEventLoop:
             threading.Thread(target=loop.run_forever, name="countgym-litellm-io", daemon=True).start()
             _LOOP, _LOOP_PID = loop, os.getpid()
         return _LOOP
-
-
-def _litellm() -> Any:
-    """Import litellm once, offline, quietly."""
-    global _LITELLM
-    with _LITELLM_LOCK:
-        if _LITELLM is None:
-            # Without this, importing litellm fetches its model-cost map over the network.
-            os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-            try:
-                import litellm
-            except ImportError:
-                raise MissingExtraError("litellm", "api") from None
-            litellm.suppress_debug_info = True
-            litellm.telemetry = False
-            # httpx, as the synchronous path uses: the same URL and auth handling (aiohttp, the
-            # async default, rejects an api_base with credentials in it next to the bearer key).
-            litellm.disable_aiohttp_transport = True
-            _LITELLM = litellm
-    return _LITELLM
 
 
 class LiteLLMBackend(BaseChatModel):

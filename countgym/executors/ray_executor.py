@@ -6,7 +6,7 @@ with the same code as the local runner and appends them to its OWN log file,
 ``<out>/<cell-stem>.shards/<run-id>-<k>.jsonl``. No two writers ever share a file, so appends
 need no coordination across processes or machines; the audit reads the shard logs and the main
 cell log as one run (they hold distinct episodes). Resume reads every file of a cell
-(``countgym.executors.done_in_cell``) and skips what any of them holds.
+(``countgym.cells.done_in_cell``) and skips what any of them holds.
 
 Spend cap: the driver adds up the cost recorded by finished shards and stops launching shards
 once the sweep's total reaches ``max_cost``; a shard also stops starting episodes once its own
@@ -32,8 +32,8 @@ from typing import Any
 
 from tqdm import tqdm
 
-from countgym.errors import MissingExtraError, UserError
-from countgym.executors import (
+from countgym.cells import (
+    CellSpec,
     cell_log_files,
     clear_cell,
     done_in_cell,
@@ -41,8 +41,9 @@ from countgym.executors import (
     drop_transient_errors,
     shard_dir,
 )
+from countgym.errors import MissingExtraError, UserError
 from countgym.logs import EpisodeRecord, LogWriter
-from countgym.runner import CellResult, CellSpec, run_one, run_pairs, write_cell_header
+from countgym.runner import CellResult, run_one, run_pairs, write_cell_header
 from countgym.sweep import SweepConfig, expand
 
 MAX_AUTO_SHARD = 50
@@ -158,10 +159,12 @@ def _plan_cell(
     retry_errors: bool = True,
 ) -> _Plan:
     """Prepare one cell like ``run_cell`` does, and cut its pending episodes into shards."""
-    from countgym.agents.registry import is_model_arm, policy_factory
+    from countgym.agents.registry import check_agent_task, is_model_arm, policy_factory
     from countgym.preflight import check_cell
-    from countgym.scenes import resolve_dataset
+    from countgym.tasks import load_dataset, task_of_env
 
+    env_id = spec.env_id()
+    check_agent_task(spec.agent, task_of_env(env_id), env_id)
     out.mkdir(parents=True, exist_ok=True)
     if force:
         clear_cell(out, spec)
@@ -175,9 +178,9 @@ def _plan_cell(
         LogWriter(f)  # cut a half-written last line left by a killed writer
     retried = drop_transient_errors(cell_log_files(out, spec)) if retry_errors else 0
     done, cost = done_in_cell(out, spec)
-    ds = resolve_dataset(spec.dataset)
+    ds = load_dataset(env_id, spec.dataset)
     ids = ds.ids()[: spec.limit] if spec.limit is not None else ds.ids()
-    check_cell(spec.agent, ds, ids)
+    check_cell(spec.agent, ds, ids, env=env_id)
     todo = [(sid, r) for r in range(spec.repeats) for sid in ids if (sid, r) not in done]
     result = CellResult(log=log, skipped=len(ids) * spec.repeats - len(todo), cost=cost, retried=retried)
     size = shard_size or max(1, min(MAX_AUTO_SHARD, math.ceil(len(todo) / (2 * slots))))
@@ -261,14 +264,14 @@ def _run_shard(
 ) -> dict[str, Any]:
     """Run one shard's episodes into its own log file (a Ray task; also callable directly)."""
     from countgym.agents.registry import policy_factory
-    from countgym.scenes import resolve_dataset
+    from countgym.tasks import load_dataset
 
     path = Path(shard_path)
     writer = LogWriter(path)
     # A task retried by Ray after its worker died finds its own earlier records: skip them.
     already, _ = done_in_files([path]) if path.exists() else (set(), 0.0)
     pairs = [p for p in pairs if tuple(p) not in already]
-    ds = resolve_dataset(spec.dataset)
+    ds = load_dataset(spec.env_id(), spec.dataset)
     factory = policy_factory(spec.agent, spec.model, spec.agent_options, concurrency=concurrency)
     log_stem = Path(spec.log_name()).stem
     summary: dict[str, Any] = {"ran": 0, "errors": 0, "cost": 0.0, "stopped_by_cost": False, "error_messages": []}
