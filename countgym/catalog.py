@@ -51,12 +51,21 @@ def _cached(root: Path, pattern: str) -> bool:
 
 
 def env_rows() -> list[tuple[str, str, str]]:
-    """(env id, default dataset, entry point) of every registered environment."""
-    from countgym.registration import _IMAGE_ENV, IMAGE_ENVS, SINGLE_STEP_ENVS
+    """(env id, default dataset, entry point) of every registered ``countgym/`` environment."""
+    import gymnasium
 
-    rows = [(i, d, _IMAGE_ENV) for i, d in IMAGE_ENVS.items()]
-    rows += [(i, str(kw.get("dataset")), entry) for i, (entry, kw) in SINGLE_STEP_ENVS.items()]
-    return rows
+    import countgym  # noqa: F401 - registers the environments
+
+    return [
+        (env_id, str((spec.kwargs or {}).get("dataset")), str(spec.entry_point))
+        for env_id, spec in gymnasium.registry.items()
+        if env_id.startswith("countgym/")
+    ]
+
+
+def _about(seconds: float) -> str:
+    text = format_duration(seconds)
+    return text if text.startswith("<") else f"~{text}"
 
 
 def arm_rows() -> list[tuple[str, str, str]]:
@@ -114,11 +123,11 @@ def render(config_dir: Path | None = None) -> str:
     for env_id, ds, _ in env_rows():
         b = bats.get(ds)
         size = str(b.items) if b else "release"
-        cost = ("cached" if b.cached else f"~{format_duration(b.build_s)} on first use") if b else "download"
+        cost = ("cached" if b.cached else f"{_about(b.build_s)} on first use") if b else "download"
         envs.append((env_id, ds, size, cost))
     table("environments (gym.make('countgym:ID'))", ("id", "dataset", "stimuli", "build"), envs)
     table("batteries", ("name", "items", "build", "contents"),
-          [(b.name, str(b.items), "cached" if b.cached else f"~{format_duration(b.build_s)}", b.description)
+          [(b.name, str(b.items), "cached" if b.cached else _about(b.build_s), b.description)
            for b in bats.values()])
     table("arms", ("arm", "task", "description"), arm_rows())
     folder = config_dir or default_config_dir()

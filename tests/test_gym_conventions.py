@@ -229,3 +229,19 @@ def test_countgym_list_bad_configs_folder_is_one_line(tmp_path, capsys) -> None:
     assert main(["list", "--configs", str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no such folder" in err
+
+
+def test_stock_statistics_on_every_registered_id(tiny_dataset, cf_dataset, video_dataset) -> None:
+    ids = sorted(i for i in gym.registry if i.startswith("countgym/"))
+    assert len(ids) >= 8
+    for env_id in ids:
+        entry = str(gym.spec(env_id).entry_point)
+        ds = cf_dataset if "cf_env" in entry else video_dataset if "video_env" in entry else tiny_dataset
+        env = RecordEpisodeStatistics(gym.make(env_id, dataset=ds))
+        env.reset(seed=0)
+        done = False
+        while not done:
+            _, _, term, trunc, info = env.step('{"tool":"answer","count":2}\nANSWER: 2')
+            done = term or trunc
+        assert info["episode"]["l"] >= 1, env_id
+        env.close()
