@@ -214,6 +214,11 @@ def cell_from_args(args: argparse.Namespace) -> Any:
     if args.perturb:
         ablations["perturb"] = args.perturb
     if args.protocol:
+        from countgym.agents.backends.base import LOCAL_PREFIXES
+
+        if args.protocol == "native" and str(args.model).startswith(LOCAL_PREFIXES):
+            raise UserError("--protocol native needs a backend with tool calling (litellm); "
+                            "local transformers models run the JSON protocol")
         ablations["protocol"] = args.protocol
     if args.no_thinking:
         if not is_model_arm(args.agent):

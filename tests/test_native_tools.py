@@ -84,6 +84,15 @@ def test_native_is_for_the_tool_loop_only(tiny_dataset) -> None:
     assert "protocol" not in arm_env_options("tag", protocol="json")
 
 
+def test_cli_refuses_native_for_local_models(capsys) -> None:
+    from countgym.cli import main
+
+    assert main(["run", "--data", "dotarrays-xl", "--agent", "tag", "--model", "hf:/tmp/none",
+                 "--protocol", "native"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "needs a backend with tool calling" in err
+
+
 def test_a_backend_without_tool_calling_is_refused(tiny_dataset) -> None:
     class TextOnly:
         model = "text-only"
