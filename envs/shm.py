@@ -94,6 +94,13 @@ class LiveBatch(Sequence[Any]):
     def __copy__(self) -> tuple[Any, ...]:
         return tuple(self)
 
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, LiveBatch | tuple | list):
+            return tuple(self) == tuple(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment] - equal to tuples, so not hashable by identity
+
     def __repr__(self) -> str:
         return f"LiveBatch({tuple(self)!r})"
 

@@ -131,6 +131,19 @@ def test_async_default_arguments_on_the_single_step_envs(task, tiny_dataset, cf_
         venv.close()
 
 
+def test_async_without_copies_reads_the_live_buffer(tiny_dataset) -> None:
+    venv = gym.vector.AsyncVectorEnv([lambda: CountImageEnv(tiny_dataset, tools=ALL)] * 2, copy=False)
+    try:
+        obs, _ = venv.reset(seed=[1, 2])
+        texts = obs["text"]
+        assert texts == ("Count the dots in this image.",) * 2
+        venv.step(["junk", '{"tool":"grid","on":true}'])
+        # Without copies the batch is a view of the shared buffer: it shows the new step.
+        assert texts == (tpl.INVALID.format(left=6), tpl.GRID_DONE.format(left=5))
+    finally:
+        venv.close()
+
+
 def test_make_vec_async_with_default_arguments(tiny_dataset) -> None:
     venv = gym.make_vec("countgym/DotArrays-v0", num_envs=2, vectorization_mode="async",
                         dataset=tiny_dataset, tools=["tag"])

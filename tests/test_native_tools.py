@@ -7,6 +7,8 @@ import json
 import urllib.request
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from countgym.agents.arms import ChatPolicy, arm_env_options, make_arm_policy
 from countgym.envs import native_tools as nt
@@ -61,6 +63,24 @@ def test_tool_calls_drive_the_episode(tiny_dataset) -> None:
     assert rec.steps[0].tool_calls[1]["function"]["name"] == "answer"  # logged, not executed
     assert rec.template_hash == nt.NATIVE_TEMPLATE_HASH != tpl.TEMPLATE_HASH
     assert rec.arm.options["protocol"] == "native"
+
+
+_JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=6), kids, max_size=3),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=st.one_of(st.sampled_from(["tag", "crop", "erase", "grid", "answer"]), st.text(max_size=8), st.none()),
+       args=st.one_of(_JSONISH, st.text(max_size=40)))
+def test_model_tool_calls_never_crash_the_env(tiny_dataset, name, args) -> None:
+    env = CountImageEnv(tiny_dataset, tools=("tag", "crop", "erase", "grid"), protocol="native")
+    env.reset(seed=0, options={"stimulus_id": "two"})
+    call = {"id": "x", "type": "function", "function": {"name": name, "arguments": args}}
+    _, _, _, _, info = env.step(Reply(text="", tool_calls=[call]))
+    assert ("action" in info) != ("parse_error" in info)
 
 
 def test_json_protocol_is_unchanged_by_the_option(tiny_dataset) -> None:
