@@ -145,8 +145,8 @@ def test_cf_arm_names_and_options() -> None:
     opts = arm.env_options()
     assert (opts["question"], opts["cue"], opts["blur"], opts["generic"], opts["thinking"]) == ("oe", True, True, False, False)
     assert opts["blur_radius"] == 48.0 and opts["feather"] == 4.0
-    assert parse_cf_arm("cf-mcq").backend_options("openai/x") == {"thinking": False, "max_tokens": 128}
-    assert parse_cf_arm("cf-mcq+think").backend_options("hf:/m") == {"thinking": True, "max_new_tokens": 16384}
+    assert parse_cf_arm("cf-mcq").backend_options("openai/x") == {"reasoning": "off", "temperature": 0.0, "max_tokens": 128}
+    assert parse_cf_arm("cf-mcq+think").backend_options("hf:/m") == {"thinking": True, "max_new_tokens": 16384, "decoding": "sample"}
     assert parse_cf_arm("cf-mcq+attn").env_options()["expose_region"] is True
     assert is_cf_arm("cf-mcq+generic") and not is_cf_arm("direct")
     for bad in ("cf-yesno", "cf-mcq+loud", "tag"):

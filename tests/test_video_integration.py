@@ -7,12 +7,12 @@ from pathlib import Path
 import gymnasium as gym
 from gymnasium.utils.env_checker import check_env
 
-from countgym.agents.testserver import TestServer
 from countgym.analysis.tables import write_audit_files
 from countgym.cli import main
 from countgym.logs import read_records
 from countgym.registration import SINGLE_STEP_ENVS
 from countgym.runner import CellSpec, run_cell
+from countgym.testing.server import TestServer
 
 
 def _tiny_video(tmp_path: Path) -> Path:
@@ -43,3 +43,15 @@ def test_countvideo_end_to_end(tmp_path: Path, monkeypatch) -> None:
     files = write_audit_files([tmp_path / "runs"], tmp_path / "audit")
     assert 'id="countvideo"' in files.report.read_text()
     assert (tmp_path / "audit" / "countvideo" / "bias.csv").is_file()
+    # Table 6 of Appendix F: EM per shape and per colour, one row per model / arm label, over
+    # the shapes and colours of the stimuli the episodes saw
+    import pandas as pd
+
+    em = pd.read_csv(tmp_path / "audit" / "countvideo" / "em_by_class.csv")
+    assert list(em.columns[:4]) == ["model", "n_items", "cube", "sphere"]
+    assert sorted(em["model"]) == ["openai/blob / video-p1", "openai/blob / video-p3"]
+    assert (em["n_items"] == 4).all()
+    epis = pd.read_csv(tmp_path / "audit" / "episodes.csv")
+    shapes = set(epis["shape"].dropna())
+    assert shapes and all(em[s].notna().all() for s in shapes)
+    assert "EM (%) by object class" in files.report.read_text()
