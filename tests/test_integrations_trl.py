@@ -61,7 +61,11 @@ def test_tool_env_unanswered_episode_is_scored_as_no_answer(tiny_dataset) -> Non
 
 def test_tool_template_renders_and_trl_parses_tool_calls(tiny_model) -> None:
     from transformers import AutoProcessor
-    from trl.chat_template_utils import is_chat_template_prefix_preserving, parse_response, supports_tool_calling
+    from trl.chat_template_utils import (
+        is_chat_template_prefix_preserving,
+        parse_response,
+        supports_tool_calling,
+    )
 
     proc = AutoProcessor.from_pretrained(tiny_model)
     assert not supports_tool_calling(proc)  # SmolVLM's own template: TRL refuses the tool loop
