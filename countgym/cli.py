@@ -132,6 +132,13 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--parser-option", action="append", default=[], metavar="KEY=VALUE",
                    help="backend option for the parser (repeatable), e.g. api_base=...")
 
+    ex = sub.add_parser("export", help="export runs (Inspect .eval logs, Parquet) or a dataset (Hugging Face)")
+    ex.add_argument("source", nargs="+", help="run folders or log files; for --format hf: a dataset folder or battery")
+    ex.add_argument("--format", required=True, choices=("inspect", "parquet", "hf"), dest="fmt")
+    ex.add_argument("--out", default=None,
+                    help="output: a folder (inspect, hf) or a .parquet file; default: inside the first "
+                         "run folder (inspect/, episodes.parquet); required for hf")
+
     rp = sub.add_parser("replay", help="re-render one observation of a logged episode")
     rp.add_argument("runfile")
     rp.add_argument("--episode", required=True, help="episode id (or a unique suffix of it)")
@@ -350,6 +357,28 @@ def _baseline_judge(model: str, api_base: str | None) -> Any:
     return make_cf_backend("cf-mcq", model, **options)
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from countgym.integrations import export
+
+    first = Path(args.source[0])
+    base = first if first.is_dir() else first.parent
+    if args.fmt == "hf":
+        if args.out is None:
+            raise UserError("--format hf needs --out DIR")
+        if len(args.source) != 1:
+            raise UserError("--format hf exports one dataset: give one folder or battery name")
+        out = export.export_hf_dataset(args.source[0], args.out)
+        print(f"wrote {out}: datasets.load_dataset('parquet', data_files='{out}/data/*.parquet')")
+    elif args.fmt == "parquet":
+        out = export.export_parquet(args.source, args.out or base / "episodes.parquet")
+        print(f"wrote {out}")
+    else:
+        paths = export.export_inspect(args.source, args.out or base / "inspect")
+        for p in paths:
+            print(f"wrote {p}")
+    return 0
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     from countgym.envs.replay import replay_observation, write_png
     from countgym.logs import iter_records
@@ -414,6 +443,7 @@ COMMANDS = {
     "sweep": cmd_sweep,
     "audit": cmd_audit,
     "replay": cmd_replay,
+    "export": cmd_export,
 }
 
 

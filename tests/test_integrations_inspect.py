@@ -1,0 +1,180 @@
+"""The Inspect AI adapter and the exports, with the real libraries: an Inspect eval driving the
+countgym tool loop (scripted mock model), the audit as its scorer, `countgym export` to .eval
+(read back by Inspect's own reader), Parquet and a Hugging Face datasets folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("inspect_ai")
+pytest.importorskip("pyarrow")
+datasets = pytest.importorskip("datasets")
+
+from inspect_ai import eval as inspect_eval  # noqa: E402
+from inspect_ai.log import read_eval_log  # noqa: E402
+from inspect_ai.model import ModelOutput, ModelUsage, get_model  # noqa: E402
+
+from countgym.analysis.audit import audit_episodes  # noqa: E402
+from countgym.cli import main  # noqa: E402
+from countgym.errors import UserError  # noqa: E402
+from countgym.integrations import export  # noqa: E402
+from countgym.integrations.inspect import countgym_task, episode_records  # noqa: E402
+from countgym.logs import find_logs, read_records  # noqa: E402
+
+
+def scripted(*replies: str):
+    """Inspect's mock model answering the given replies in order (usage given: no tokenizer)."""
+    outs = []
+    for r in replies:
+        o = ModelOutput.from_content("mockllm/model", r)
+        o.usage = ModelUsage(input_tokens=10, output_tokens=5, total_tokens=15)
+        outs.append(o)
+    return get_model("mockllm/model", custom_outputs=outs)
+
+
+def run_eval(task, model, tmp_path: Path):
+    [log] = inspect_eval(task, model=model, log_dir=str(tmp_path / "logs"), display="none")
+    assert log.status == "success", log.error
+    return log
+
+
+# --- the task, solver and scorer -------------------------------------------------------------------
+def test_inspect_task_runs_the_tool_loop_and_scores_with_the_audit(tiny_dataset, tmp_path) -> None:
+    task = countgym_task("countgym/DotArrays-v0", arm="tag", dataset=tiny_dataset, stimulus_ids=["two"])
+    model = scripted(
+        'Tagging both.\n{"tool":"tag","points":[[65,78],[521,521],[530,525]]}',  # the third is a duplicate
+        '{"tool":"answer","count":2}',
+    )
+    log = run_eval(task, model, tmp_path)
+    [sample] = log.samples
+    score = sample.scores["countgym_audit"].value
+    assert score == {"correct": 1.0, "abs_error": 0.0, "on_target": 2.0, "duplicate": 1.0, "phantom": 0.0,
+                     "omission": 0.0, "cardinality_consistent": 0.0}
+    [rec] = episode_records(log)
+    assert rec.answer == 2 and len(rec.tags) == 3 and rec.model == "mockllm/model" and rec.end == "answer"
+    # The model saw the image each turn and the verification prompt after the tag call.
+    users = [m for m in sample.messages if m.role == "user"]
+    assert len(users) == 2 and all(any(c.type == "image" for c in m.content) for m in users)
+    assert sample.messages[0].role == "system" and "tag" in sample.messages[0].text
+    metrics = {s.name: s.metrics["mean"].value for s in log.results.scores}
+    assert metrics["correct"] == 1.0 and metrics["duplicate"] == 1.0
+    # The written log reads back with Inspect's own reader.
+    again = read_eval_log(log.location)
+    assert again.samples[0].scores["countgym_audit"].value["on_target"] == 2.0
+
+
+def test_untrusted_replies_end_the_episode_without_crashing(tiny_dataset, tmp_path) -> None:
+    task = countgym_task("countgym/DotArrays-v0", arm="tag", dataset=tiny_dataset, stimulus_ids=["four"])
+    log = run_eval(task, scripted("<script>", "{not json", "[[1e999, NaN]]", "", "{}"), tmp_path)
+    [rec] = episode_records(log)
+    assert rec.end == "invalid" and rec.answer is None
+    assert log.samples[0].scores["countgym_audit"].value["correct"] == 0.0
+
+
+def test_single_call_arm_and_mistakes(tiny_dataset, tmp_path) -> None:
+    task = countgym_task("countgym/DotArrays-v0", arm="direct", dataset=tiny_dataset, limit=1)
+    log = run_eval(task, scripted("ANSWER: 4"), tmp_path)
+    assert len(log.samples) == 1 and log.samples[0].output.completion == "ANSWER: 4"
+    with pytest.raises(UserError, match="harness-driven"):
+        countgym_task("countgym/DotArrays-v0", arm="tiles", dataset=tiny_dataset)
+    with pytest.raises(UserError, match="unknown environment"):
+        countgym_task("countgym/Nope-v0", dataset=tiny_dataset)
+
+
+ENTRY_POINT_SCRIPT = """
+import sys
+from inspect_ai import eval as inspect_eval
+from inspect_ai.model import ModelOutput, ModelUsage, get_model
+out = ModelOutput.from_content("mockllm/model", "ANSWER: 4")
+out.usage = ModelUsage(input_tokens=10, output_tokens=5, total_tokens=15)
+[log] = inspect_eval("countgym/countgym", model=get_model("mockllm/model", custom_outputs=[out]),
+                     task_args={"env": "countgym/DotArrays-v0", "arm": "direct", "dataset": sys.argv[1], "limit": 1},
+                     log_dir=sys.argv[2], display="none")
+print(log.status, log.samples[0].scores["countgym_audit"].value["correct"])
+"""
+
+
+def test_inspect_finds_the_task_through_its_entry_point(tiny_dataset, tmp_path) -> None:
+    import subprocess
+    import sys
+    from importlib.metadata import entry_points
+
+    if not [e for e in entry_points(group="inspect_ai") if e.value == "countgym.integrations.inspect"]:
+        pytest.skip("countgym is not installed with its entry points (pip install -e .)")
+    # Run as a user would, outside the source tree (Inspect namespaces tasks of installed packages).
+    script = tmp_path / "use.py"
+    script.write_text(ENTRY_POINT_SCRIPT)
+    proc = subprocess.run([sys.executable, str(script), str(tiny_dataset.root), str(tmp_path / "logs")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.stdout.split()[-2:] == ["success", "1.0"], proc.stderr[-2000:]
+
+
+# --- exports -----------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def run_dir(tiny_dataset, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("run")
+    for agent in ("noisy-pointer", "blob-counter"):
+        assert main(["run", "--data", str(tiny_dataset.root), "--agent", agent, "--out", str(out)]) == 0
+    return out
+
+
+def test_export_inspect_writes_eval_logs_inspect_reads(run_dir, tmp_path, capsys) -> None:
+    out = tmp_path / "inspect"
+    assert main(["export", "--format", "inspect", str(run_dir), "--out", str(out)]) == 0
+    files = sorted(out.glob("*.eval"))
+    assert len(files) == 2 and f"wrote {files[0]}" in capsys.readouterr().out
+    records = read_records(find_logs([run_dir]))
+    rows = audit_episodes(records, label_arms=False).set_index("episode_id")
+    seen = 0
+    for f in files:
+        log = read_eval_log(str(f))
+        assert log.status == "success" and log.eval.model in ("noisy-pointer", "blob-counter")
+        for s in log.samples:
+            row = rows.loc[s.id]
+            v = s.scores["countgym_audit"].value
+            assert v["on_target"] == row["on_target"] and v["phantom"] == row["phantom"]
+            assert v["correct"] == float(row["correct"]) and s.target == str(row["n_true"])
+            assert [m.role for m in s.messages][:2] == ["user", "assistant"]
+            seen += 1
+        means = {s.name: s.metrics["mean"].value for s in log.results.scores}
+        sub = rows[rows["model"] == log.eval.model]
+        assert means["on_target"] == pytest.approx(sub["on_target"].astype(float).mean())
+    assert seen == len(records) == 6
+
+
+def test_export_parquet_is_one_typed_table_with_a_stable_schema(run_dir, tmp_path) -> None:
+    import pyarrow.parquet as pq
+
+    assert main(["export", "--format", "parquet", str(run_dir), "--out", str(tmp_path / "all.parquet")]) == 0
+    table = pq.read_table(tmp_path / "all.parquet")
+    assert table.schema == export.episode_schema() and table.num_rows == 6
+    # One arm alone (another cell, other options) gives the very same schema.
+    one = next(p for p in find_logs([run_dir]) if "blob-counter" in p.name)
+    assert main(["export", "--format", "parquet", str(one), "--out", str(tmp_path / "one.parquet")]) == 0
+    assert pq.read_schema(tmp_path / "one.parquet") == table.schema
+    rows = table.to_pylist()
+    four = next(r for r in rows if r["stimulus_id"] == "four" and r["arm"] == "blob-counter")
+    assert four["n_true"] == 4 and four["answer"] == 4 and four["correct"] is True and len(four["tags"]) == 4
+    assert json.loads(four["env_options"])["tools"]
+
+
+def test_export_hf_dataset_loads_with_counts_and_points(tiny_dataset, tmp_path) -> None:
+    out = tmp_path / "hf"
+    assert main(["export", "--format", "hf", str(tiny_dataset.root), "--out", str(out)]) == 0
+    ds = datasets.load_dataset(str(out), split="train", cache_dir=str(tmp_path / "hf-cache"))
+    by_id = {r["id"]: r for r in ds}
+    assert set(by_id) == {"four", "two", "row"}
+    assert by_id["two"]["n"] == 2 and by_id["two"]["points"] == [[50.0, 60.0], [400.0, 400.0]]
+    assert by_id["row"]["image"].size == (768, 768)
+
+
+def test_export_mistakes_exit_2_with_one_line(tmp_path, capsys) -> None:
+    (tmp_path / "empty").mkdir()
+    assert main(["export", "--format", "parquet", str(tmp_path / "empty")]) == 2
+    assert main(["export", "--format", "hf", str(tmp_path / "empty")]) == 2
+    assert main(["export", "--format", "hf", str(tmp_path / "empty"), "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all(line.startswith("countgym: error: ") for line in err)
