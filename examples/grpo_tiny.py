@@ -2,13 +2,15 @@
 
     python examples/grpo_tiny.py                     # tool loop: environment_factory, 2 steps
     python examples/grpo_tiny.py --route single      # single-turn `direct` arm: TRL generates, env scores
+    python examples/grpo_tiny.py --route rollout     # the same, countgym's LogProbModel generates
     python examples/grpo_tiny.py --model /path/to/SmolVLM-256M-Instruct --steps 50
 
 ``--route tools`` trains the multi-turn tool loop of *Give the Model a Finger* (Section 3) through
 ``GRPOTrainer(environment_factory=...)``: each rollout owns a ``CountImageEnv`` whose tools (tag,
 answer) are function tools; tool results carry the re-rendered image. ``--route single`` trains
 the single-call ``direct`` arm: rows carry the image and the ``stimulus_id``, the reward function
-steps the environment with each completion. The tiny random model (built here, no download)
+steps the environment with each completion; ``--route rollout`` samples those replies with
+countgym's ``rollout_func`` (trainer-consistent log-probs) instead of TRL's generation. The tiny random model (built here, no download)
 learns nothing useful; the run shows the wiring works and the weights move (a small brevity bonus gives it a signal). Prints one JSON line
 at the end: steps run, the largest weight change, rewards seen. Needs the ``trl`` extra.
 """
@@ -47,15 +49,18 @@ def make_dataset(root: Path) -> Any:
     return Dataset(root)
 
 
-def brevity_bonus(completion_ids: list[list[int]], **_: Any) -> list[float]:
+def brevity_bonus(completions: list[Any], **_: Any) -> list[float]:
     """Shaping for the tiny random model, which never announces a count: a small bonus for
-    shorter replies (the protocol asks for one line), so groups differ and the weights move."""
-    return [0.1 / (1 + len(ids)) for ids in completion_ids]
+    shorter replies in characters (the protocol asks for one line), so the replies of a group
+    score differently and the weights move."""
+    from countgym.integrations.trl import completion_text
+
+    return [0.1 / (1 + len(completion_text(c))) for c in completions]
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--route", choices=("tools", "single"), default="tools")
+    ap.add_argument("--route", choices=("tools", "single", "rollout"), default="tools")
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--max-completion-length", type=int, default=8)
     ap.add_argument("--lr", type=float, default=0.05)
@@ -112,13 +117,19 @@ def main(argv: list[str] | None = None) -> int:
             environment_factory=ctrl.environment_factory(ds, tools=("tag",), budget=2, reward="neg_abs_error"),
         )
     else:
-        env = CountImageEnv(ds, prompt="direct", tools=(), budget=0, reward="neg_abs_error")
+        def direct_env() -> CountImageEnv:
+            return CountImageEnv(ds, prompt="direct", tools=(), budget=0, reward="neg_abs_error")
+
+        sampler = None
+        if args.route == "rollout":
+            sampler = ctrl.rollout_func(args.model, max_new_tokens=args.max_completion_length, device="cpu")
         trainer = GRPOTrainer(
             model=model,
             args=config,
             processing_class=processor,
-            train_dataset=ctrl.prompt_dataset(env),
-            reward_funcs=[ctrl.env_reward(lambda: CountImageEnv(ds, prompt="direct", tools=(), budget=0, reward="neg_abs_error")), brevity_bonus],
+            train_dataset=ctrl.prompt_dataset(direct_env()),
+            reward_funcs=[ctrl.env_reward(direct_env), brevity_bonus],
+            rollout_func=sampler,
         )
     trainer.train()
     moved = max((p.detach() - before[k]).abs().max().item() for k, p in model.named_parameters())

@@ -95,7 +95,7 @@ def test_prompt_dataset_carries_the_stimulus_in_the_row_and_env_reward_scores(ti
 
 
 # --- GRPO steps, weights moving ---------------------------------------------------------------------
-@pytest.mark.parametrize("route", ["tools", "single"])
+@pytest.mark.parametrize("route", ["tools", "single", "rollout"])
 def test_grpo_example_runs_two_steps_and_moves_the_weights(route, tmp_path, capsys) -> None:
     sys.path.insert(0, str(EXAMPLES))
     try:

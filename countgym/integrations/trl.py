@@ -273,7 +273,7 @@ def env_reward(env_fn: Callable[[], Any]) -> Callable[..., list[float]]:
         out = []
         for text, sid in zip(completions, stimulus_id, strict=True):
             env.reset(options={"stimulus_id": str(sid)})
-            _, r, terminated, truncated, _ = env.step(_completion_text(text))
+            _, r, terminated, truncated, _ = env.step(completion_text(text))
             total = float(r)
             while not (terminated or truncated):  # a multi-turn env: the one reply did not end it
                 _, r, terminated, truncated, _ = env.step('{"tool":"answer"}')
@@ -284,7 +284,7 @@ def env_reward(env_fn: Callable[[], Any]) -> Callable[..., list[float]]:
     return countgym_reward
 
 
-def _completion_text(completion: Any) -> str:
+def completion_text(completion: Any) -> str:
     """The reply text of a TRL completion (a string, or a list of assistant messages)."""
     if isinstance(completion, str):
         return completion
@@ -304,3 +304,58 @@ def trainer_logprob_model(backend: Any, **kwargs: Any) -> Any:
     from countgym.rollout import LogProbModel
 
     return LogProbModel(backend, trainer_logprobs=True, **kwargs)
+
+
+def rollout_func(model: str | Any, **logprob_options: Any) -> Callable[[list[Any], Any], dict[str, list[Any]]]:
+    """A ``GRPOTrainer(rollout_func=...)`` for single-turn arms: one completion per prompt (TRL
+    hands each prompt over once per generation), sampled by countgym's ``LogProbModel`` from the
+    trainer's current weights, with the log-probs the trainer computes (``trainer_logprobs``).
+
+    ``model`` is the local model folder the trainer was built from (for its processor and chat
+    template); ``logprob_options`` go to ``LogProbModel`` (``max_new_tokens``, ``temperature``,
+    ``reply_prefix`` ...). Score with ``env_reward``: the row's ``stimulus_id`` reaches it as usual.
+    Multi-turn arms need ``environment_factory`` (one row per model turn would not line up with
+    the prompts).
+    """
+    state: dict[str, Any] = {}
+
+    def rollout(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+        if "lpm" not in state:
+            state["lpm"] = trainer_logprob_model(model, **logprob_options)
+        lpm = state["lpm"]
+        live = trainer.accelerator.unwrap_model(trainer.model)
+        lpm.hf_model = lpm.backend.hf_model = live  # sample from the weights being trained
+        was_training = live.training
+        live.eval()
+        try:
+            gens = lpm.complete_batch([_countgym_messages(p) for p in prompts])
+        finally:
+            live.train(was_training)
+        bad = [g.error for g in gens if g.token_ids is None]
+        if bad:
+            raise RuntimeError(f"generation failed: {bad[0]}")
+        return {
+            "prompt_ids": [g.prompt_ids for g in gens],
+            "completion_ids": [g.token_ids for g in gens],
+            "logprobs": [g.logprobs for g in gens],
+        }
+
+    return rollout
+
+
+def _countgym_messages(prompt: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """TRL's conversational prompt (PIL images in parts) as countgym backend messages."""
+    out = []
+    for m in prompt:
+        content = m.get("content")
+        if isinstance(content, str):
+            out.append({"role": m["role"], "content": [{"type": "text", "text": content}]})
+            continue
+        parts = []
+        for p in content or []:
+            if p.get("type") == "image":
+                parts.append({"type": "image", "image": np.asarray(p["image"].convert("RGB"))})
+            elif p.get("type") == "text":
+                parts.append({"type": "text", "text": p.get("text", "")})
+        out.append({"role": m["role"], "content": parts})
+    return out
