@@ -42,13 +42,13 @@ from countgym.agents.backends.base import (
     ChatModel,
     Message,
     image_part,
-    make_backend,
     message,
     sum_cost,
     sum_usage,
     text_part,
 )
-from countgym.agents.base import Task
+from countgym.agents.backends.factory import make_backend
+from countgym.agents.base import ArmFamily, Task
 from countgym.agents.context import KEEP_IMAGES, apply_context_policy
 from countgym.envs import templates as T
 from countgym.envs.actions import Answer, Reply, Tag
@@ -510,3 +510,30 @@ class TilesPolicy:
         self._run = _TileRun(boxes=boxes, points=merged)
         norm = [(x / w * 1000.0, y / h * 1000.0) for x, y in merged]
         return Reply(text=text, usage=usage, cost=cost, latency_s=latency, action=Tag(points=norm))
+
+
+# --- the family, as the registry lists it ----------------------------------------------------------
+def _family_env_options(
+    arm: str, *, tools: Sequence[str] | None = None, budget: int | None = None, **ablations: Any
+) -> dict[str, Any]:
+    try:
+        opts = arm_env_options(arm, budget=budget, **ablations)
+    except TypeError as e:
+        raise UserError(f"invalid ablation for arm {arm!r}: {e}") from None
+    opts["tools"] = list(tools if tools is not None else opts["tools"])
+    return opts
+
+
+def _family_backend(arm: str, model: str, **options: Any) -> ChatModel:
+    return make_backend(model, **options)
+
+
+ARM_FAMILY = ArmFamily(
+    tasks=("image",),
+    is_arm=lambda name: name in ARMS,
+    names=lambda: list(ARMS),
+    env_options=_family_env_options,
+    backend=_family_backend,
+    policy=make_arm_policy,
+)
+"""The baseline arms of the image tool loop."""

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from countgym.agents.base import ArmFamily
 from countgym.envs.actions import Reply
 
 
@@ -113,7 +114,7 @@ def video_backend_options(model: str) -> dict[str, Any]:
 
 def make_video_backend(model: str, **backend_options: Any) -> Any:
     """The backend a video arm runs on: the arm's options, explicit ones overriding them."""
-    from countgym.agents.backends.base import make_backend
+    from countgym.agents.backends.factory import make_backend
 
     return make_backend(model, **{**video_backend_options(model), **backend_options})
 
@@ -121,3 +122,30 @@ def make_video_backend(model: str, **backend_options: Any) -> Any:
 def video_env_options(name: str) -> dict[str, Any]:
     """The ``CountVideoEnv`` options of a video arm."""
     return {"prompt": VIDEO_ARMS[name]}
+
+
+def _family_env_options(
+    arm: str, *, tools: Any = None, budget: int | None = None, **ablations: Any
+) -> dict[str, Any]:
+    ablations = {k: v for k, v in ablations.items() if v is not None}
+    ablations.pop("thinking", None)
+    if ablations or tools is not None or budget is not None:
+        from countgym.errors import UserError
+
+        raise UserError(f"video arm {arm!r} takes no ablations (choose the prompt by arm: video-p1/p2/p3)")
+    return video_env_options(arm)
+
+
+def _family_backend(arm: str, model: str, **options: Any) -> Any:
+    return make_video_backend(model, **options)
+
+
+ARM_FAMILY = ArmFamily(
+    tasks=("video",),
+    is_arm=is_video_arm,
+    names=lambda: sorted(VIDEO_ARMS),
+    env_options=_family_env_options,
+    backend=_family_backend,
+    policy=lambda arm, backend: VideoDirect(backend),
+)
+"""The CountVideoBench arms (one call per video; the prompt by arm name)."""

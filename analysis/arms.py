@@ -183,10 +183,13 @@ def arm_labels(records: Sequence[EpisodeRecord]) -> list[str]:
         key = f"{rec.arm.name}|{_canonical(opts)}|{_canonical(ref)}"
         if key not in cells:
             cells[key] = (rec.arm.name, opts, ref)
-            by_name.setdefault(rec.arm.name, []).append(key)
+            # One group per task: a policy run on several tasks is compared within each task
+            # (the tasks' options are not variants of each other).
+            by_name.setdefault(f"{rec.arm.name}|{task}", []).append(key)
 
     labels: dict[str, str] = {}
-    for name, keys in by_name.items():
+    for group, keys in by_name.items():
+        name = group.rpartition("|")[0]
         policy_keys = {
             k for key in keys for k in cells[key][1] if k not in cells[key][2] and k not in PROVENANCE_KEYS
         }

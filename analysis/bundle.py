@@ -25,6 +25,7 @@ import pandas as pd
 
 from countgym.errors import UserError
 from countgym.logs import EpisodeRecord, LogLineError
+from countgym.secrets import scrub_text
 
 from .audit import TAU_SCALES
 from .pipeline import AuditTables, compute_tables
@@ -59,7 +60,7 @@ def write_csv(df: pd.DataFrame, path: Path) -> Path:
 def _write_bytes(data: bytes | str, path: Path) -> Path:
     tmp = path.with_name(path.name + ".tmp")
     if isinstance(data, str):
-        tmp.write_text(data, encoding="utf-8")
+        tmp.write_text(scrub_text(data), encoding="utf-8")  # no known secret reaches a report
     else:
         tmp.write_bytes(data)
     tmp.replace(path)

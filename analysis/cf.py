@@ -26,6 +26,7 @@ from countgym.envs import cf_templates as tpl
 from countgym.envs.cf_env import build_question, extract_count
 from countgym.errors import UserError
 from countgym.logs import EpisodeRecord, read_records
+from countgym.secrets import scrub_data
 from countgym.stimulus import Dataset, Stimulus
 
 from .bootstrap import bootstrap_ratios, percentile_interval
@@ -194,7 +195,7 @@ def judge_ambiguous(
             value = extract_count(reply.text).value
             judged = {"judge_model": model_id, "reply": row["reply"], "judge_reply": reply.text, "value": value}
             tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(judged), encoding="utf-8")
+            tmp.write_text(json.dumps(scrub_data(judged)), encoding="utf-8")  # a judge can echo a key
             tmp.replace(path)
         if judged["value"] is not None:
             out.loc[i, "answer"] = int(judged["value"])

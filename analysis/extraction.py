@@ -29,6 +29,7 @@ from typing import Any
 from countgym.envs import cf_templates
 from countgym.envs import video_templates as vt
 from countgym.logs import EpisodeRecord
+from countgym.secrets import scrub_data
 
 SAME_MODEL = "same"
 """``judge=SAME_MODEL``: judge each reply with the model that wrote it (the paper's setting)."""
@@ -273,7 +274,8 @@ def _ask(
     value = _read_value(reply.text, judge=judge)
     cache.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"model": model_id, "key": key, "reply": reply.text, "value": value}), encoding="utf-8")
+    entry = scrub_data({"model": model_id, "key": key, "reply": reply.text, "value": value})  # a model can echo a key
+    tmp.write_text(json.dumps(entry), encoding="utf-8")
     tmp.replace(path)
     return value, True
 

@@ -3,6 +3,9 @@
 ``summarize`` gives one row per group (by default dataset x arm x model); ``accuracy_by`` gives
 one row per group and level of a key (by default the true count n).
 
+- Episodes that ended in an error (``end == "error"``: the model call failed, e.g. a 429 or a
+  timeout) say nothing about the model: they are left out of every metric and counted in
+  ``errors``; ``n_episodes`` is the number of episodes scored.
 - Counting metrics use episodes with a known true count; MAE and RMSE use answered ones.
 - Audit rates are per 100 ground-truth objects: the sum of a count over audited episodes
   divided by the sum of their ``n_true``, times 100.
@@ -51,7 +54,7 @@ _AUDIT_REQUIRED = (
 )  # fmt: skip
 
 _COUNTING_COLUMNS = (
-    "n_episodes", "n_answered", "em", "em_ci_low", "em_ci_high", "acc10", "mae", "mae_ci_low",
+    "n_episodes", "errors", "n_answered", "em", "em_ci_low", "em_ci_high", "acc10", "mae", "mae_ci_low",
     "mae_ci_high", "rmse", "mean_signed_error", "coverage",
 )  # fmt: skip
 
@@ -109,9 +112,19 @@ def _float(s: pd.Series) -> np.ndarray:
     return s.to_numpy(dtype=float, na_value=np.nan)
 
 
+def _without_errors(g: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """The group's scored episodes and the number of errored ones left out."""
+    if "end" not in g.columns:
+        return g, 0
+    errored = (g["end"] == "error").to_numpy(dtype=bool)
+    return g[~errored], int(errored.sum())
+
+
 def _counting_row(
-    g: pd.DataFrame, n_resamples: int, confidence: float, seed: int
+    g: pd.DataFrame, n_resamples: int, confidence: float, seed: int, errors: int = 0
 ) -> dict[str, Any]:
+    if len(g) == 0:  # every episode errored: nothing to score
+        return {c: float("nan") for c in _COUNTING_COLUMNS} | {"n_episodes": 0, "errors": errors, "n_answered": 0}
     y = _float(g["n_true"])
     scored = ~np.isnan(y)
     pred = _float(g["answer"])[scored]
@@ -126,6 +139,7 @@ def _counting_row(
     mae_lo, mae_hi = percentile_interval(boot[1], confidence)
     return {
         "n_episodes": len(g),
+        "errors": errors,
         "n_answered": sc.n_answered,
         "em": sc.exact_match,
         "em_ci_low": em_lo,
@@ -225,12 +239,13 @@ def summarize(
     _check_episodes(episodes, (*_COUNTING_REQUIRED, *_AUDIT_REQUIRED))
     keys = _check_by(by, episodes)
     _check_options(n_resamples, confidence)
-    def row(key_values: dict[str, Any], g: pd.DataFrame, scope: str) -> dict[str, Any]:
+    def row(key_values: dict[str, Any], group: pd.DataFrame, scope: str) -> dict[str, Any]:
+        g, errors = _without_errors(group)
         return {
             **key_values,
             "scope": scope,
-            **_option_row(g, keys),
-            **_counting_row(g, n_resamples, confidence, seed),
+            **_option_row(group, keys),
+            **_counting_row(g, n_resamples, confidence, seed, errors),
             **_range_row(g, n_resamples, confidence, seed, r80_threshold),
             **_audit_row(g, tau_scales),
         }
@@ -286,8 +301,8 @@ def accuracy_by(
         raise ValueError(f"key names a column not in the episodes table: {key!r}")
     _check_options(n_resamples, confidence)
     group_keys = [*(k for k in keys if k != key), key]
-    rows = [
-        {**_group_key_dict(group_keys, k), **_counting_row(g, n_resamples, confidence, seed)}
-        for k, g in episodes.groupby(group_keys, sort=True, dropna=False)
-    ]
+    rows = []
+    for k, group in episodes.groupby(group_keys, sort=True, dropna=False):
+        g, errors = _without_errors(group)
+        rows.append({**_group_key_dict(group_keys, k), **_counting_row(g, n_resamples, confidence, seed, errors)})
     return pd.DataFrame(rows, columns=[*group_keys, *_COUNTING_COLUMNS])

@@ -50,6 +50,18 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+def _example_env() -> str:
+    from countgym.registration import TASKS
+
+    return next(iter(TASKS.values())).default_env
+
+
+def _downloadable() -> list[str]:
+    from countgym.scenes.make import DOWNLOADABLE
+
+    return list(DOWNLOADABLE)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="countgym", description="Measure and improve how vision-language models count.")
     from countgym import __version__
@@ -57,9 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"countgym {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    d = sub.add_parser("demo", help="generate a DotArrays subset, run two model-free policies, audit")
+    from countgym.registration import DEMO_DATASET
+
+    d = sub.add_parser("demo", help="generate a battery subset, run two model-free policies, audit")
     d.add_argument("--out", default="countgym-demo", help="output folder (default: countgym-demo)")
-    d.add_argument("--subset", default="dotarrays-main:common", help="battery[:subset] to run on")
+    d.add_argument("--subset", default=DEMO_DATASET, help=f"battery[:subset] to run on (default: {DEMO_DATASET})")
     d.add_argument("--no-progress", action="store_true")
 
     sc = sub.add_parser("scenes", help="stimulus batteries")
@@ -70,18 +84,21 @@ def build_parser() -> argparse.ArgumentParser:
     mk.add_argument("--seed", type=_non_negative_int, default=0)
     mk.add_argument("--per-level", type=_positive_int, default=None)
     mk.add_argument("--limit", type=_positive_int, default=None)
-    mk.add_argument("--renderer", default=None, help="countvideo: fast (default), blender/cycles, eevee, workbench")
-    mk.add_argument("--size", type=_frame_size, default=None, help="countvideo frame size: WxH, full, half or quarter")
-    mk.add_argument("--video", action="store_true", help="countvideo: also write an MP4 of each clip")
-    mk.add_argument("--data", default=None, help="fsc147 / pixmo / countbench: the release folder")
+    mk.add_argument("--renderer", default=None, help="video battery: fast (default), blender/cycles, eevee, workbench")
+    mk.add_argument("--size", type=_frame_size, default=None, help="video battery frame size: WxH, full, half or quarter")
+    mk.add_argument("--video", action="store_true", help="video battery: also write an MP4 of each clip")
+    mk.add_argument("--data", default=None, help="photo sets: the release folder")
     mk.add_argument("--no-progress", action="store_true")
-    dl = scs.add_parser("download", help="fetch the listed images of a photo release (pixmo, countbench)")
-    dl.add_argument("name", choices=["pixmo", "countbench"])
+    dl = scs.add_parser("download", help="fetch the listed images of a photo release")
+    dl.add_argument("name", choices=_downloadable())
     dl.add_argument("--data", required=True, help="the release folder; images go to DATA/images")
     dl.add_argument("--no-progress", action="store_true")
 
-    r = sub.add_parser("run", help="run one cell: dataset x agent x model")
-    r.add_argument("--data", required=True, help="dataset folder or battery name (battery[:subset])")
+    r = sub.add_parser("run", help="run one cell: environment (or dataset) x agent x model")
+    r.add_argument("--env", default=None, metavar="ID",
+                   help=f"registered environment id, e.g. {_example_env()} (default: the dataset's)")
+    r.add_argument("--data", default=None,
+                   help="dataset folder or battery name (battery[:subset]); default: the environment's")
     r.add_argument("--agent", required=True, help="built-in arm/policy or package.module:ClassName")
     r.add_argument("--model", default="", help="model id for model-backed arms")
     r.add_argument("--tools", nargs="+", default=None, help="enabled tools (tag crop erase grid)")
@@ -100,6 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=_non_negative_int, default=0)
     r.add_argument("--max-cost", type=float, default=None, help="stop starting episodes at this spend (USD)")
     r.add_argument("--force", action="store_true", help="discard this cell's log and run again")
+    r.add_argument("--no-retry-errors", action="store_true",
+                   help="on resume, keep episodes that ended in a transient error (429, 5xx, timeout) "
+                        "instead of running them again")
     r.add_argument("--no-progress", action="store_true")
 
     sw = sub.add_parser("sweep", help="run a grid of cells from a TOML/YAML config (resumable)")
@@ -108,6 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="ray: shard episodes into Ray tasks (local instance, or the cluster at RAY_ADDRESS)")
     sw.add_argument("--force", action="store_true", help="discard the logs of the sweep's cells and rerun")
     sw.add_argument("--dry-run", action="store_true", help="list the cells and exit")
+    sw.add_argument("--no-retry-errors", action="store_true",
+                    help="on resume, keep episodes that ended in a transient error instead of re-running them")
     sw.add_argument("--no-progress", action="store_true")
 
     sub.add_parser("testserver", help="a local OpenAI-compatible server that answers like a model",
@@ -120,15 +142,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="episodes in the report's trajectory viewer (0: no viewer; default 40)")
     a.add_argument("--resamples", type=_positive_int, default=2000, help="bootstrap resamples (default 2000)")
     a.add_argument("--judge", default=None, metavar="MODEL",
-                   help="CounterCount: judge replies with several numbers with this model instead of "
-                        "the run's own model (the paper's default); cached")
+                   help="judge replies with several numbers with this model instead of the run's own "
+                        "model (the paper's default); cached")
     a.add_argument("--judge-option", action="append", default=[], metavar="KEY=VALUE",
                    help="backend option for the judge (repeatable), e.g. api_base=...")
     a.add_argument("--no-judge", action="store_true",
-                   help="CounterCount: leave replies with several numbers unresolved (no model calls)")
+                   help="leave replies with several numbers unresolved (no judge calls)")
     a.add_argument("--parser", default=None, metavar="MODEL",
-                   help="CountVideoBench: resolve replies the rules leave without a count with this "
-                        "model parser (the paper uses Qwen2.5-7B); cached")
+                   help="resolve video replies the rules leave without a count with this model "
+                        "parser (the paper uses Qwen2.5-7B); cached")
     a.add_argument("--parser-option", action="append", default=[], metavar="KEY=VALUE",
                    help="backend option for the parser (repeatable), e.g. api_base=...")
 
@@ -164,66 +186,26 @@ def _parse_kv(items: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def cmd_scenes_download(args: argparse.Namespace) -> int:
-    from countgym.scenes.photos import download_photo_images
-
-    report = download_photo_images(args.name, args.data, progress=not args.no_progress)
-    print(
-        f"{report.downloaded} downloaded, {report.present} already present, "
-        f"{len(report.dead)} dead links skipped, {len(report.failed)} failed (re-run to retry)"
-    )
-    return 0
-
-
 def cmd_scenes_make(args: argparse.Namespace) -> int:
-    from countgym.scenes import make_battery
+    from countgym.scenes.make import download_photos, make_dataset
 
     if args.scenes_command == "download":
-        return cmd_scenes_download(args)
-    if args.battery in ("fsc147", "pixmo", "countbench"):
-        from countgym.scenes.photos import make_photo_set
-
-        if args.data is None:
-            raise UserError(f"{args.battery} is built from its official release: pass --data RELEASE_ROOT")
-        print(f"wrote {make_photo_set(args.battery, args.data, Path(args.out), progress=not args.no_progress)}")
+        print(download_photos(args.name, args.data, progress=not args.no_progress))
         return 0
-    if args.data is not None:
-        raise UserError(f"--data applies to the photo sets (fsc147, pixmo, countbench), not {args.battery!r}")
-    kwargs: dict[str, Any] = {"seed": args.seed, "limit": args.limit, "progress": not args.no_progress}
-    if args.battery == "countvideo":
-        from countgym.scenes.video import make_countvideo
-
-        video_kwargs: dict[str, Any] = {**kwargs, "per_level": args.per_level, "renderer": args.renderer or "fast"}
-        if args.size:
-            video_kwargs["size"] = args.size
-        if args.video:
-            video_kwargs["video"] = True
-        print(f"wrote {make_countvideo(Path(args.out), **video_kwargs)}")
-        return 0
-    if args.battery == "countercount":
-        from countgym.scenes.counterfactual import make_countercount
-
-        if args.per_level is not None or args.renderer is not None:
-            raise UserError("--per-level and --renderer do not apply to countercount (--limit counts pairs)")
-        print(f"wrote {make_countercount(Path(args.out), **kwargs)}")
-        return 0
-    if args.per_level is not None:
-        kwargs["per_level"] = args.per_level
-    if args.renderer is not None:
-        kwargs["renderer"] = args.renderer
-    try:
-        out = make_battery(args.battery, Path(args.out), **kwargs)
-    except TypeError as e:
-        raise UserError(f"battery {args.battery!r} does not take that option: {e}") from None
+    out = make_dataset(
+        args.battery, Path(args.out), seed=args.seed, per_level=args.per_level, limit=args.limit,
+        renderer=args.renderer, size=args.size, video=args.video, data=args.data,
+        progress=not args.no_progress,
+    )
     print(f"wrote {out}")
     return 0
 
 
 def cell_from_args(args: argparse.Namespace) -> Any:
-    from countgym.agents.registry import cell_env_options, is_model_arm
-    from countgym.runner import CellSpec
+    from countgym.agents.registry import check_agent_name, is_model_arm
+    from countgym.cells import make_cell
 
-    _check_agent_name(args.agent)
+    check_agent_name(args.agent)
     ablations: dict[str, Any] = {}
     if args.no_verify:
         ablations["verify"] = False
@@ -233,38 +215,23 @@ def cell_from_args(args: argparse.Namespace) -> Any:
         ablations["order"] = args.order
     if args.perturb:
         ablations["perturb"] = args.perturb
-    env_options = cell_env_options(args.agent, tools=args.tools, budget=args.budget, **ablations)
-    agent_options = _parse_kv(args.agent_option)
     if args.no_thinking:
         if not is_model_arm(args.agent):
             raise UserError("--no-thinking applies to model arms only")
-        agent_options["thinking"] = False
-    if args.model and not is_model_arm(args.agent) and ":" not in args.agent:
-        raise UserError(f"agent {args.agent!r} is model-free; drop --model")
-    return CellSpec(
-        dataset=args.data,
+        ablations["thinking"] = False
+    return make_cell(
         agent=args.agent,
+        env=args.env,
+        dataset=args.data,
         model=args.model,
-        env_options=env_options,
-        agent_options=agent_options,
+        tools=args.tools,
+        budget=args.budget,
+        ablations=ablations,
+        agent_options=_parse_kv(args.agent_option),
         repeats=args.repeats,
         limit=args.limit,
         seed=args.seed,
     )
-
-
-def _check_agent_name(agent: str) -> None:
-    """Unknown built-in names fail here with the list of valid ones (plug-ins are checked on load)."""
-    from countgym.agents.registry import BUILTIN_POLICIES, is_model_arm, model_arms
-
-    if ":" in agent or agent in BUILTIN_POLICIES or is_model_arm(agent):
-        return
-    if agent.startswith("cf-"):
-        from countgym.agents.cf_arm import parse_cf_arm
-
-        parse_cf_arm(agent)  # raises a UserError naming the valid format and interventions
-    names = sorted([*BUILTIN_POLICIES, *model_arms(), "video-p1", "video-p2", "video-p3", "cf-mcq[+...]", "cf-oe[+...]"])
-    raise UserError(f"unknown agent {agent!r}: use one of {', '.join(names)} or package.module:ClassName")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -278,8 +245,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         max_cost=args.max_cost,
         force=args.force,
         progress=not args.no_progress,
+        retry_errors=not args.no_retry_errors,
     )
-    msg = f"{res.ran} episodes run, {res.skipped} already done, {res.errors} errors -> {res.log}"
+    retried = f" ({res.retried} re-run after a transient error)" if res.retried else ""
+    msg = f"{res.ran} episodes run{retried}, {res.skipped} already done, {res.errors} errors -> {res.log}"
     if res.stopped_by_cost:
         msg += f" (stopped at the spend cap: ${res.cost:.4f})"
     print(msg)
@@ -287,7 +256,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"countgym: error: {failure_summary(res)}", file=sys.stderr)
         return 1
     for line in res.error_messages[:5]:
-        print(f"  error: {line}", file=sys.stderr)
+        print(f"  error: {_scrub(line)}", file=sys.stderr)
     return 0
 
 
@@ -301,7 +270,7 @@ def failure_summary(res: Any) -> str:
     first = res.error_messages[0].splitlines()[0] if res.error_messages else "no message"
     if len(first) > 200:
         first = first[:197] + "..."
-    return f"all {res.ran} episodes ended in error (first: {first}); they are recorded in {res.log}"
+    return _scrub(f"all {res.ran} episodes ended in error (first: {first}); they are recorded in {res.log}")
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
@@ -313,6 +282,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     if not logs:
         raise UserError(f"no episode logs (*.jsonl) found in {' '.join(args.runs)}")
     from countgym.agents.backends import make_backend
+    from countgym.agents.registry import audit_hooks
     from countgym.analysis.extraction import SAME_MODEL
 
     if args.no_judge and (args.judge or args.judge_option):
@@ -330,7 +300,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
         Path(args.out),
         judge=judge,
         parser=parser,
-        judge_backend=_baseline_judge,
+        **audit_hooks(),
         warn=lambda line: print(f"warning: {line}", file=sys.stderr),
         n_resamples=args.resamples,
         report=True,
@@ -343,18 +313,6 @@ def cmd_audit(args: argparse.Namespace) -> int:
         shown = f" (viewer: {files.viewer_shown} of {files.viewer_total} episodes)" if files.viewer_total else ""
         print(f"report: {files.report}{shown}")
     return 0
-
-
-def _baseline_judge(model: str, api_base: str | None) -> Any:
-    """The CounterCount judge of *CounterCount* Section 3: the run's own model in its baseline
-    configuration (the baseline arm's decoding, the run's endpoint). An API judge retries
-    briefly, so an endpoint that is gone cannot stall an audit."""
-    from countgym.agents.cf_arm import make_cf_backend
-
-    options: dict[str, Any] = {"api_base": api_base} if api_base else {}
-    if not model.startswith(("hf:", "local:")):
-        options.update(max_attempts=2, max_total_wait_s=10.0, timeout_s=60.0)
-    return make_cf_backend("cf-mcq", model, **options)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -404,18 +362,23 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config)
     if args.dry_run:
-        cells = expand(cfg)
+        skipped: list[Any] = []
+        cells = expand(cfg, skipped=skipped)
         labels, common = describe_cells(cells)
         for cell, label in zip(cells, labels, strict=True):
             print(f"{cell.log_name()}  {label}")
+        for sk in skipped:
+            print(f"skipped: {sk.agent} on {sk.env} {sk.dataset} ({sk.reason})")
         print(f"{len(cells)} cell{'s' if len(cells) != 1 else ''}" + (f"; common options: {common}" if common else ""))
         return 0
     if args.executor == "ray":
         from countgym.executors.ray_executor import run_sweep_ray
 
-        results = run_sweep_ray(cfg, progress=not args.no_progress, force=args.force)
+        results = run_sweep_ray(cfg, progress=not args.no_progress, force=args.force,
+                                retry_errors=not args.no_retry_errors)
     else:
-        results = run_sweep(cfg, progress=not args.no_progress, force=args.force)
+        results = run_sweep(cfg, progress=not args.no_progress, force=args.force,
+                            retry_errors=not args.no_retry_errors)
     ran = sum(r.ran for r in results)
     errors = sum(r.errors for r in results)
     cost = sum(r.cost for r in results)
@@ -464,7 +427,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["testserver"]:
         # The test server owns its flags; argparse's REMAINDER would swallow them badly.
-        from countgym.agents.testserver import main as serve
+        from countgym.testing.server import main as serve
 
         return serve(argv[1:])
     args = build_parser().parse_args(argv)
@@ -475,7 +438,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # a reader that went away shows here, not in Python's exit handler
         return rc
     except UserError as e:
-        print(f"countgym: error: {e}", file=sys.stderr)
+        print(f"countgym: error: {_scrub(str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("countgym: interrupted", file=sys.stderr)
@@ -491,7 +454,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _internal_error(e: Exception) -> int:
     if os.environ.get("COUNTGYM_DEBUG"):
         raise e
-    print(f"countgym: internal error: {type(e).__name__}: {e} (set COUNTGYM_DEBUG=1 for a traceback)", file=sys.stderr)
+    print(f"countgym: internal error: {type(e).__name__}: {_scrub(str(e))} (set COUNTGYM_DEBUG=1 for a traceback)",
+          file=sys.stderr)
     return 1
 
 
@@ -504,6 +468,12 @@ def _stdout_is_closed() -> bool:
         return True  # no way to look (captured stream, no poll): the usual cause is stdout
     poller.register(fd, select.POLLOUT)
     return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+
+
+def _scrub(text: str) -> str:
+    from countgym.secrets import scrub_text
+
+    return scrub_text(text)
 
 
 if __name__ == "__main__":

@@ -17,16 +17,17 @@ from countgym.stimulus import Dataset, Stimulus
 _SHOWN = 3  # problems named in the one line; the rest are counted
 
 
-def check_cell(agent: str, ds: Dataset, ids: Sequence[str]) -> None:
-    """Raise ``UserError`` (one line) when the cell cannot run; warn when it runs degraded."""
-    from countgym.tasks import task_of
+def check_cell(agent: str, ds: Dataset, ids: Sequence[str], *, env: str) -> None:
+    """Raise ``UserError`` (one line) when the cell cannot run in environment ``env``; warn
+    when it runs degraded."""
+    from countgym.tasks import env_class, env_for_dataset
 
     stimuli = [ds[sid] for sid in ids]
-    needs_image = task_of(agent).name != "video"
+    needs_image = getattr(env_class(env), "MEDIA", "image") == "image"
     if needs_image and any(s.image is None and s.frames for s in stimuli):
         raise UserError(
-            f"{ds.root} is a video dataset (frames, no images) and agent {agent!r} counts in images: "
-            "use video-p1, video-p2 or video-p3"
+            f"{ds.root} holds frames, no images, and {env} shows one image: run it in "
+            f"{env_for_dataset(str(ds.root))} (--env) with an agent of that task"
         )
     check_media(ds, stimuli, needs_image=needs_image)
     check_truth(agent, ds, stimuli)

@@ -11,7 +11,7 @@ import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -19,10 +19,11 @@ from gymnasium import spaces
 from gymnasium.vector.utils import create_shared_memory
 
 from countgym.envs import cf_templates as tpl
-from countgym.envs.actions import Reply
+from countgym.envs.actions import Answer, Reply
 from countgym.envs.common import (
     build_record,
     fit_long_side,
+    manifest_head,
     new_episode,
     pick_stimulus_id,
     resolve_dataset_arg,
@@ -269,7 +270,8 @@ class CounterCountEnv(gym.Env):
     ## Action Space
     ``MessageSpace``: the model's reply text (or a ``Reply`` carrying text, usage and cost).
     The count is extracted strictly: ``ANSWER:`` lines, else digits and number words (MCQ options
-    are words); several incompatible numbers are no answer.
+    are words); several incompatible numbers are no answer. A programmatic policy may instead
+    return a typed ``Answer(count=N)`` (alone or as ``Reply.action``), taken as is.
 
     ## Observation Space
     | key      | space         | content                                                   |
@@ -309,6 +311,48 @@ class CounterCountEnv(gym.Env):
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 1}
+
+    # --- task hooks (read by ``countgym.tasks``; see the module docstring there) ---
+    task: ClassVar[str] = "countercount"
+    MEDIA: ClassVar[str] = "image"
+    """What each stimulus must have on disk: an ``image`` or sampled ``frames``."""
+    CELL_OPTIONS: ClassVar[frozenset[str]] = frozenset(
+        {"question", "cue", "generic", "blur", "blur_radius", "feather", "kind", "reward", "attention"}
+    )
+
+    @classmethod
+    def claims_dataset(cls, dataset: str) -> bool:
+        """The ``countercount`` battery and folders whose manifest holds CounterCount pairs."""
+        if str(dataset) == "countercount":
+            return True
+        head = manifest_head(str(dataset))
+        meta = (head or {}).get("meta") or {}
+        return meta.get("battery") == "countercount" or ("pair_id" in meta and meta.get("kind") in ("factual", "cf"))
+
+    @classmethod
+    def load_dataset(cls, dataset: str) -> Dataset:
+        """The battery, a dataset folder or the root of the released CounterCount data."""
+        from countgym.scenes.counterfactual import resolve_countercount
+
+        return resolve_countercount(dataset)
+
+    @classmethod
+    def cell_options(
+        cls, *, tools: Sequence[str] | None = None, budget: int | None = None, **options: Any
+    ) -> dict[str, Any]:
+        """Environment options for a policy that is not a CounterCount arm: the question format
+        and the interventions (``question``, ``cue``, ``generic``, ``blur``, ...)."""
+        from countgym.errors import UserError
+
+        options = {k: v for k, v in options.items() if v is not None}
+        options.pop("thinking", None)
+        bad = set(options) - cls.CELL_OPTIONS
+        if bad or tools is not None or budget is not None:
+            raise UserError(
+                f"CounterCount takes only {', '.join(sorted(cls.CELL_OPTIONS))}; "
+                f"got {sorted(bad) or 'tools/budget'}"
+            )
+        return options
 
     def __init__(
         self,
@@ -419,9 +463,15 @@ class CounterCountEnv(gym.Env):
             text = action.text
         if isinstance(text, str):
             text = set_reply(rec, text)
+        typed = action if isinstance(action, Answer) else getattr(action, "action", None)
         if isinstance(action, Reply) and action.error is not None:
             st.end, st.error = "error", action.error
             truncated = True
+        elif isinstance(typed, Answer):
+            # A programmatic policy's typed answer: no text to extract a count from.
+            rec.action = {"tool": "answer", "count": typed.count, "method": "typed answer"}
+            st.answer, st.end = typed.count, "answer"
+            terminated = True
         else:
             ex = extract_count(
                 text, options=self.question.option_words if self.question else None,

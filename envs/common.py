@@ -131,3 +131,26 @@ def build_record(
         started_at=ep["started_at"],
         finished_at=utcnow(),
     )
+
+
+def manifest_head(name: str) -> dict[str, Any] | None:
+    """The first record of a dataset folder's ``manifest.jsonl`` (``FOLDER`` or
+    ``FOLDER:SUBSET``), or None when ``name`` is no such folder. Tasks use it to claim datasets."""
+    import json
+    from pathlib import Path
+
+    for candidate in (name, name.rpartition(":")[0]):
+        if not candidate:
+            continue
+        path = Path(candidate).expanduser() / "manifest.jsonl"
+        try:
+            if not path.is_file():
+                continue
+            with path.open(encoding="utf-8") as f:
+                for line in f:
+                    if line.strip():
+                        head = json.loads(line)
+                        return head if isinstance(head, dict) else None
+        except (OSError, ValueError):
+            return None
+    return None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -105,6 +105,46 @@ class CountImageEnv(gym.Env):
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 1}
+
+    # --- task hooks (read by ``countgym.tasks``; see the module docstring there) ---
+    task: ClassVar[str] = "image"
+    MEDIA: ClassVar[str] = "image"
+    """What each stimulus must have on disk: an ``image`` or sampled ``frames``."""
+    CELL_OPTIONS: ClassVar[frozenset[str]] = frozenset(
+        {"tools", "budget", "extra_tools", "verify", "numbered", "order", "perturb",
+         "one_point_per_call", "prompt", "reward", "tool_cost", "thinking"}
+    )
+
+    @classmethod
+    def claims_dataset(cls, dataset: str) -> bool:
+        """Every image dataset is this task's (it is the registry's fallback)."""
+        return True
+
+    @classmethod
+    def load_dataset(cls, dataset: str) -> Dataset:
+        """A battery name (``dotarrays:common``), a photo set or a dataset folder."""
+        from countgym.scenes import resolve_dataset
+
+        return resolve_dataset(dataset)
+
+    @classmethod
+    def cell_options(
+        cls, *, tools: Sequence[str] | None = None, budget: int | None = None, **options: Any
+    ) -> dict[str, Any]:
+        """Environment options for a policy that is not a baseline arm: the tag tool (plus
+        ``extra_tools``) unless ``tools`` is given, the budget, and the ablations."""
+        from countgym.errors import UserError
+
+        options = {k: v for k, v in options.items() if v is not None}
+        options.pop("thinking", None)  # a backend option of model arms
+        extra = options.pop("extra_tools", ())
+        unknown = set(options) - cls.CELL_OPTIONS
+        if unknown:
+            raise UserError(f"unknown option(s) {sorted(unknown)} for {cls.__name__}: use {sorted(cls.CELL_OPTIONS)}")
+        opts: dict[str, Any] = {"tools": list(tools) if tools is not None else ["tag", *extra], **options}
+        if budget is not None:
+            opts["budget"] = budget
+        return opts
 
     def __init__(
         self,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -15,6 +15,7 @@ from countgym.envs.actions import Answer, Reply
 from countgym.envs.common import (
     build_record,
     fit_long_side,
+    manifest_head,
     new_episode,
     pick_stimulus_id,
     resolve_dataset_arg,
@@ -134,6 +135,52 @@ class CountVideoEnv(gym.Env):
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 2}
+
+    # --- task hooks (read by ``countgym.tasks``; see the module docstring there) ---
+    task: ClassVar[str] = "video"
+    MEDIA: ClassVar[str] = "frames"
+    """What each stimulus must have on disk: an ``image`` or sampled ``frames``."""
+    CELL_OPTIONS: ClassVar[frozenset[str]] = frozenset({"prompt", "max_side", "reward"})
+
+    @classmethod
+    def claims_dataset(cls, dataset: str) -> bool:
+        """The ``countvideo`` battery (and its ``countvideo:kK`` subsets) and folders whose
+        manifest lists sampled frames."""
+        name = str(dataset)
+        if name == "countvideo" or name.startswith("countvideo:"):
+            return True
+        head = manifest_head(name)
+        return bool((head or {}).get("frames"))
+
+    @classmethod
+    def load_dataset(cls, dataset: str) -> Dataset:
+        """A battery name or dataset folder, or the root of the released benchmark."""
+        from pathlib import Path
+
+        root = Path(dataset).expanduser()
+        if root.is_dir() and not (root / "manifest.jsonl").is_file():
+            from countgym.scenes.video import load_released_countvideo
+
+            return load_released_countvideo(root)
+        from countgym.scenes import resolve_dataset
+
+        return resolve_dataset(dataset)
+
+    @classmethod
+    def cell_options(
+        cls, *, tools: Sequence[str] | None = None, budget: int | None = None, **options: Any
+    ) -> dict[str, Any]:
+        """Environment options for a policy that is not a video arm (``prompt``, ``max_side``)."""
+        from countgym.errors import UserError
+
+        options = {k: v for k, v in options.items() if v is not None}
+        options.pop("thinking", None)
+        bad = set(options) - cls.CELL_OPTIONS
+        if bad or tools is not None or budget is not None:
+            raise UserError(
+                f"CountVideo takes only {', '.join(sorted(cls.CELL_OPTIONS))}; got {sorted(bad) or 'tools/budget'}"
+            )
+        return options
 
     def __init__(
         self,

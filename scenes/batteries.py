@@ -18,7 +18,6 @@ folder; a folder holding only part of the design yields the part of the subset i
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ from countgym.errors import UserError
 from countgym.stimulus import Dataset, Stimulus, write_manifest
 
 # Relative: ruff cannot tell that countgym.scenes is first-party (it lives in scenes/).
-from .cache import build_once
+from .cache import CACHE_ENV, build_once, cache_root  # noqa: F401 - cache_root, CACHE_ENV re-exported
 from .dotarrays import GENERATOR_VERSION, ArraySpec, factor_arrangement, generate
 
 MAIN_LEVELS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 15, 20, 25, 30, 40, 50, 60)
@@ -52,7 +51,6 @@ LATTICE_KINDS = ("rotated", "hex", "holed")
 
 PNG_COMPRESS_LEVEL = 6
 """Fixed so the same pixels give the same file bytes (with the same zlib)."""
-CACHE_ENV = "COUNTGYM_CACHE"
 _T = TypeVar("_T")
 _POOL_MIN_IMAGES = 16  # below this, starting worker processes costs more than it saves
 
@@ -294,12 +292,6 @@ def _spread(specs: list[ArraySpec], k: int) -> list[ArraySpec]:
 # --------------------------------------------------------------------------- resolving
 
 
-def cache_root() -> Path:
-    """Where batteries are built on demand: ``$COUNTGYM_CACHE`` or ``~/.cache/countgym``."""
-    env = os.environ.get(CACHE_ENV)
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "countgym"
-
-
 def cached_battery(name: str, *, progress: bool = True) -> Path:
     """The folder of a battery in the cache, built once (seed offset 0)."""
     _battery(name)
@@ -328,9 +320,15 @@ def resolve_dataset(name_or_path: str | Path) -> Dataset:
     """A dataset from a folder path, a battery name (built into the cache once), or either
     followed by ``:SUBSET`` (e.g. ``dotarrays:ablation``, ``dotarrays-main:common``)."""
     text = str(name_or_path)
-    # Photo sets (fsc147, pixmo, countbench, their subsets) and transformed copies (+rot180,
-    # +mirror, +resize1024) first: their names would otherwise look like unknown subsets.
-    from .photos import resolve_photo_dataset
+    # Transformed copies (+rot180, +mirror, +resize1024) of any dataset, then photo sets
+    # (fsc147, pixmo, countbench, their subsets): their names would otherwise look like
+    # unknown subsets.
+    from .transforms import split_transform, transformed_dataset
+
+    base, kind = split_transform(text)
+    if kind is not None:
+        return transformed_dataset(resolve_dataset(base), kind, name=text)
+    from .photos.resolve import resolve_photo_dataset
 
     photo = resolve_photo_dataset(text)
     if photo is not None:
@@ -361,6 +359,10 @@ def resolve_dataset(name_or_path: str | Path) -> Dataset:
         return Dataset(folder, name=label)
     return SubsetDataset(folder, subset, name=f"{label}:{subset}")
 
+
+
+resolve_with_photos = resolve_dataset
+"""The same resolver (it reads photo sets first); kept for callers of the earlier name."""
 
 __all__ = [
     "ARRANGEMENTS",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -9,6 +10,21 @@ from pathlib import Path
 from typing import Any
 
 from countgym.errors import UserError
+
+CACHE_ENV = "COUNTGYM_CACHE"
+DERIVED_CACHE_ENV = "COUNTGYM_DERIVED_CACHE"
+
+
+def cache_root() -> Path:
+    """Where batteries are built on demand: ``$COUNTGYM_CACHE`` or ``~/.cache/countgym``."""
+    env = os.environ.get(CACHE_ENV)
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "countgym"
+
+
+def derived_cache_root() -> Path:
+    """``$COUNTGYM_DERIVED_CACHE``, else ``<countgym cache>/derived``."""
+    env = os.environ.get(DERIVED_CACHE_ENV)
+    return Path(env).expanduser() if env else cache_root() / "derived"
 
 
 def build_once(final: Path, build: Callable[[Path], Any]) -> Path:

@@ -14,7 +14,8 @@ pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
 from countgym.agents.arms import ChatPolicy, act_many  # noqa: E402
-from countgym.agents.backends.base import image_part, make_backend, message, text_part  # noqa: E402
+from countgym.agents.backends.base import image_part, message, text_part  # noqa: E402
+from countgym.agents.backends.factory import make_backend  # noqa: E402
 from countgym.agents.backends.tiny import build_tiny_smolvlm  # noqa: E402
 from countgym.agents.backends.transformers_backend import TransformersBackend  # noqa: E402
 from countgym.agents.base import Task  # noqa: E402

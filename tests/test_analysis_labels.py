@@ -73,9 +73,9 @@ def test_plugin_reference_is_its_env_defaults() -> None:
 
 
 def test_fallback_table_matches_the_arms_the_runner_builds(tiny_dataset) -> None:
+    from countgym.agents.registry import base_env_options
     from countgym.analysis.arms import BUILTIN_REFERENCES, ENV_DEFAULTS
     from countgym.envs.image_env import CountImageEnv
-    from countgym.tasks import base_env_options
 
     assert set(BUILTIN_REFERENCES) == set(ARMS)
     for name in ARMS:
@@ -100,9 +100,9 @@ api_key = "x"
 def test_sweep_labels_columns_and_tool_spelling(tiny_dataset, tmp_path, capsys) -> None:
     import pandas as pd
 
-    from countgym.agents.testserver import TestServer
     from countgym.cli import main
     from countgym.logs import read_records
+    from countgym.testing.server import TestServer
 
     with TestServer() as srv:
         cfg = tmp_path / "s.toml"

@@ -12,11 +12,11 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from countgym.agents.testserver import TestServer
 from countgym.cli import main
 from countgym.envs.actions import Reply
 from countgym.logs import read_records
 from countgym.runner import CellSpec, run_cell
+from countgym.testing.server import TestServer
 
 pytestmark = pytest.mark.slow  # end to end: scenes, runs, several audits
 

@@ -13,12 +13,13 @@ import pytest
 pytest.importorskip("litellm")
 
 from countgym.agents.backends import reasoning as R  # noqa: E402
-from countgym.agents.backends.base import make_backend, message, text_part  # noqa: E402
+from countgym.agents.backends.base import message, text_part  # noqa: E402
+from countgym.agents.backends.factory import make_backend  # noqa: E402
 from countgym.agents.backends.litellm_backend import LiteLLMBackend, _litellm  # noqa: E402
 from countgym.agents.cf_arm import parse_cf_arm  # noqa: E402
-from countgym.agents.testserver import TestServer  # noqa: E402
 from countgym.cli import main  # noqa: E402
 from countgym.logs import read_records  # noqa: E402
+from countgym.testing.server import TestServer  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*ReadOnly.*:UserWarning")
 MESSAGES = [message("user", text_part("How many dots are in the image?"))]
@@ -147,14 +148,14 @@ def test_litellm_maps_reasoning_off_to_the_providers_switch(model: str, provider
 
 
 def test_backend_sends_the_provider_switch(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The keyword arguments ``litellm.completion`` receives, for providers without a test server."""
+    """The keyword arguments ``litellm.acompletion`` receives, for providers without a test server."""
     sent: list[dict[str, Any]] = []
 
-    def fake_completion(**kw: Any) -> Any:
+    async def fake_completion(**kw: Any) -> Any:
         sent.append(kw)
         raise RuntimeError("stop here")
 
-    monkeypatch.setattr(_litellm(), "completion", fake_completion)
+    monkeypatch.setattr(_litellm(), "acompletion", fake_completion)
     for model in ("anthropic/claude-sonnet-4-5", "gemini/gemini-2.5-flash"):
         LiteLLMBackend(model, api_key="k", thinking=False, max_attempts=1).complete(MESSAGES)
     assert sent[0]["thinking"] == {"type": "disabled"} and "reasoning_effort" not in sent[0]

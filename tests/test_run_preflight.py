@@ -203,4 +203,4 @@ def test_video_dataset_with_an_image_agent_is_one_line(tmp_path: Path, capsys: p
         json.dumps({"id": "v", "n": 2, "obj": "cubes", "obj_sing": "cube", "frames": ["frames/f0.jpg"]}) + "\n"
     )
     assert main(["run", "--data", str(root), "--agent", "oracle", "--out", str(tmp_path / "r"), "--no-progress"]) == 2
-    assert "is a video dataset" in _one_line_error(capsys) and not (tmp_path / "r").exists()
+    assert "runs on the image task" in _one_line_error(capsys) and not (tmp_path / "r").exists()

@@ -7,12 +7,12 @@ from pathlib import Path
 import gymnasium as gym
 from gymnasium.utils.env_checker import check_env
 
-from countgym.agents.testserver import TestServer
 from countgym.analysis.tables import write_audit_files
 from countgym.cli import main
 from countgym.logs import read_records
 from countgym.registration import SINGLE_STEP_ENVS
 from countgym.runner import CellSpec, run_cell
+from countgym.testing.server import TestServer
 
 
 def _tiny_video(tmp_path: Path) -> Path:

@@ -212,7 +212,7 @@ def _gemini_cannot_disable(base: str, *, via_openrouter: bool) -> bool:
 
 def _model_info(model: str) -> dict[str, Any]:
     """litellm's model-map entry for ``model`` ({} when unknown); never raises."""
-    from countgym.agents.backends.litellm_backend import _litellm
+    from countgym.agents.backends.litellm_import import load_litellm as _litellm
 
     try:
         return dict(_litellm().get_model_info(model))

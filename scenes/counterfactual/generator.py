@@ -176,8 +176,7 @@ def _save_png(img: Image.Image, path: Path) -> None:
 
 def cached_countercount(*, progress: bool = True) -> Path:
     """The default battery (seed 0) in the countgym cache, built once."""
-    from countgym.scenes.batteries import cache_root
-    from countgym.scenes.cache import build_once
+    from countgym.scenes.cache import build_once, cache_root
 
     final = cache_root() / f"{BATTERY}-v{GENERATOR_VERSION}"
     return build_once(final, lambda tmp: make_countercount(tmp, progress=progress))

@@ -21,7 +21,8 @@ anything else            ``ANSWER: n``
 =======================  =========================================================================
 
 Faults (``429`` with ``Retry-After``, ``500``, ``503``, ``timeout``, ``malformed``, ``empty``,
-``drop``, ``401``, ``400``, ``context``, ``filter``) come from an explicit per-request
+``drop``, ``401``, ``400``, ``context``, ``filter``, ``trickle``: headers at once, then the body
+one byte every ``trickle_interval_s``) come from an explicit per-request
 ``schedule`` and/or per-kind probabilities ``faults`` drawn from an RNG seeded by
 ``(seed, request index)``, so a run's fault sequence is reproducible.
 
@@ -65,6 +66,7 @@ FAULT_KINDS: tuple[str, ...] = (
     "400",
     "context",
     "filter",
+    "trickle",
 )
 
 
@@ -267,6 +269,7 @@ class TestServer:
         reasoning_tokens: reasoning tokens reported per reply (included in completion tokens);
             0 for a request that turns reasoning off (``chat_template_kwargs.enable_thinking``
             false, ``reasoning_effort`` "none", or OpenRouter's ``reasoning`` effort "none").
+        trickle_interval_s: seconds between the body's bytes under a ``trickle`` fault.
     """
 
     __test__ = False  # not a pytest test class
@@ -282,6 +285,7 @@ class TestServer:
         retry_after: float = 1,
         timeout_sleep_s: float = 3.0,
         reasoning_tokens: int = 16,
+        trickle_interval_s: float = 2.0,
     ) -> None:
         bad = [k for k in (faults or {}) if k not in FAULT_KINDS]
         bad += [k for k in (schedule or []) if k not in (None, "ok", *FAULT_KINDS)]
@@ -295,6 +299,7 @@ class TestServer:
         self.retry_after = retry_after
         self.timeout_sleep_s = timeout_sleep_s
         self.reasoning_tokens = reasoning_tokens
+        self.trickle_interval_s = trickle_interval_s
         self.request_count = 0
         self.fault_counts: Counter[str] = Counter()
         self.last_request: dict[str, Any] | None = None
@@ -447,7 +452,9 @@ class _Handler(BaseHTTPRequestHandler):
         usage = estimate_usage(messages, text, 0 if _thinking_off(body) else state.reasoning_tokens)
         finish = "content_filter" if fault == "filter" else "stop"
         self._send_json(
-            200, _envelope(index, model, text if fault != "filter" else "", usage, finish)
+            200,
+            _envelope(index, model, text if fault != "filter" else "", usage, finish),
+            trickle_s=state.trickle_interval_s if fault == "trickle" else None,
         )
 
     def _send_fault(self, fault: str) -> bool:
@@ -498,7 +505,9 @@ class _Handler(BaseHTTPRequestHandler):
         )
         return True
 
-    def _send_json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
+    def _send_json(
+        self, status: int, obj: Any, headers: dict[str, str] | None = None, trickle_s: float | None = None
+    ) -> None:
         payload = json.dumps(obj).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -506,7 +515,15 @@ class _Handler(BaseHTTPRequestHandler):
         for k, v in (headers or {}).items():
             self.send_header(k, v)
         self.end_headers()
-        self.wfile.write(payload)
+        if trickle_s is None:
+            self.wfile.write(payload)
+            return
+        # A server that never stalls long enough for a read timeout, yet never finishes.
+        self.close_connection = True
+        for i in range(len(payload)):
+            self.wfile.write(payload[i : i + 1])
+            self.wfile.flush()
+            time.sleep(trickle_s)
 
 
 def _thinking_off(body: dict[str, Any]) -> bool:
