@@ -79,6 +79,51 @@ def test_tool_template_renders_and_trl_parses_tool_calls(tiny_model) -> None:
     assert parsed["tool_calls"][0]["function"] == {"name": "tag", "arguments": {"points": [[1, 2]]}}
 
 
+def test_grpo_tool_loop_calls_our_tools_and_scores_with_the_env(tiny_model, tiny_dataset, tmp_path) -> None:
+    """TRL's own tool loop, with the model's turns scripted (a random model never calls a tool):
+    TRL parses the calls, runs the env's tools, feeds back the tool images, and the advantages
+    come from the env's reward."""
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+    from trl import GRPOConfig, GRPOTrainer
+
+    proc = ctrl.use_tool_chat_template(AutoProcessor.from_pretrained(tiny_model, padding_side="left"))
+    made: list[ctrl.CountingToolEnv] = []
+    factory = ctrl.environment_factory(tiny_dataset, tools=("tag",), budget=3, reward="exact")
+
+    def make() -> ctrl.CountingToolEnv:
+        made.append(factory())
+        return made[-1]
+
+    trainer = GRPOTrainer(
+        model=AutoModelForImageTextToText.from_pretrained(tiny_model, dtype=torch.float32),
+        args=GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=2, num_generations=2,
+                        max_completion_length=400, report_to="none", use_cpu=True),
+        processing_class=proc,
+        train_dataset=ctrl.tool_dataset(tiny_dataset, ["two", "four"]),
+        environment_factory=make,
+    )
+    turns = [
+        '<tool_call>{"name": "tag", "arguments": {"points": [[65, 78], [521, 521]]}}</tool_call><end_of_utterance>',
+        '<tool_call>{"name": "answer", "arguments": {"count": 2}}</tool_call><end_of_utterance>',
+        "Done.<end_of_utterance>",
+    ]
+    calls: list[bool] = []
+
+    def scripted_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        calls.append(has_tool_images)
+        ids = proc.tokenizer(turns[min(len(calls) - 1, 2)], add_special_tokens=False)["input_ids"]
+        return [list(ids) for _ in prompt_ids], None
+
+    trainer._generate_single_turn = scripted_turn  # the model's turns only; the rest is TRL's
+    out = trainer._generate_and_score_completions([dict(r) for r in ctrl.tool_dataset(tiny_dataset, ["two", "four"])])
+    assert calls == [False, True, True]  # the tag result carried the working image back
+    recs = {r.stimulus_id: r for e in made for r in e.records}
+    assert {k: (r.answer, len(r.tags), r.end) for k, r in recs.items()} == {"two": (2, 2, "answer"), "four": (2, 2, "answer")}
+    # Rewards 1 (two) and 0 (four): GRPO's group-normalised advantages have opposite signs.
+    adv = out["advantages"].tolist()
+    assert adv[0] > 0 > adv[1]
+
+
 # --- the single-step reward path -------------------------------------------------------------------
 def test_prompt_dataset_carries_the_stimulus_in_the_row_and_env_reward_scores(tiny_dataset) -> None:
     env = CountImageEnv(tiny_dataset, prompt="direct", tools=(), budget=0)
