@@ -178,3 +178,34 @@ def test_export_mistakes_exit_2_with_one_line(tmp_path, capsys) -> None:
     assert main(["export", "--format", "hf", str(tmp_path / "empty"), "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(line.startswith("countgym: error: ") for line in err)
+
+
+# --- the single-step tasks -------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def video_dataset(tmp_path_factory):
+    from countgym.scenes.video import make_countvideo
+    from countgym.stimulus import Dataset
+
+    out = make_countvideo(tmp_path_factory.mktemp("cv") / "cv", limit=2, size=(48, 27), progress=False, workers=1)
+    return Dataset(out)
+
+
+def test_inspect_task_on_countvideo_sends_the_frames(video_dataset, tmp_path) -> None:
+    sid = video_dataset.ids()[0]
+    n = video_dataset[sid].n
+    task = countgym_task("countgym/CountVideo-v0", dataset=video_dataset, stimulus_ids=[sid])
+    log = run_eval(task, scripted(f"There are {n}."), tmp_path)
+    [sample] = log.samples
+    [user] = [m for m in sample.messages if m.role == "user"]
+    # Every sampled frame is sent (the tool loop's two-image context policy does not apply).
+    assert sum(c.type == "image" for c in user.content) == len(video_dataset[sid].frames) > 2
+    assert sample.scores["countgym_audit"].value["correct"] == 1.0
+    assert episode_records(log)[0].arm.name == "video-p1"
+
+
+def test_export_hf_video_dataset_has_frames(video_dataset, tmp_path) -> None:
+    out = export.export_hf_dataset(video_dataset, tmp_path / "cv-hf")
+    ds = datasets.load_dataset("parquet", data_files=str(out / "data" / "*.parquet"), split="train",
+                               cache_dir=str(tmp_path / "cache"))
+    row = ds[0]
+    assert row["n"] == video_dataset[row["id"]].n and len(row["frames"]) == len(video_dataset[row["id"]].frames)

@@ -13,8 +13,8 @@ From the command line (Inspect finds the tasks through its entry point):
 
     inspect eval countgym/countgym -T env=countgym/DotArrays-v0 -T arm=tag --model openai/gpt-4o
 
-The context policy of *Give the Model a Finger*, App. C applies: only the two most recent images
-stay in a request. Harness-driven arms (``list``, ``tiles``) are not model-only loops and are
+The context policy of *Give the Model a Finger*, App. C applies to the image tool loop: only the
+two most recent images stay in a request (a CountVideoBench question sends all its frames). Harness-driven arms (``list``, ``tiles``) are not model-only loops and are
 refused here; run them with ``countgym run``.
 """
 
@@ -153,7 +153,8 @@ def countgym_solver(env: str, arm: str, dataset: Any = None) -> Any:
             done = False
             while not done:
                 state.messages.append(ChatMessageUser(content=_content(obs)))
-                _keep_recent_images(state.messages)
+                if "frames" not in obs:  # the tool loop's context policy; a video's frames all stay
+                    _keep_recent_images(state.messages)
                 state = await generate(state)
                 out = state.output
                 usage = out.usage
