@@ -145,6 +145,47 @@ def test_export_inspect_writes_eval_logs_inspect_reads(run_dir, tmp_path, capsys
     assert seen == len(records) == 6
 
 
+def test_inspect_view_serves_the_exported_logs(run_dir, tmp_path) -> None:
+    """`inspect view` (a web UI) lists the exported logs and serves each one through its API."""
+    import shutil
+    import socket
+    import subprocess
+    import time
+    import urllib.parse
+    import urllib.request
+
+    inspect_cli = shutil.which("inspect", path=str(Path(__import__("sys").executable).parent))
+    if inspect_cli is None:
+        pytest.skip("the inspect command is not installed next to this Python")
+    out = tmp_path / "inspect"
+    assert main(["export", "--format", "inspect", str(run_dir), "--out", str(out)]) == 0
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen([inspect_cli, "view", "--log-dir", str(out), "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        listing = None
+        for _ in range(120):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/logs", timeout=2) as r:
+                    listing = json.load(r)
+                break
+            except OSError:
+                time.sleep(0.25)
+        assert listing is not None, "inspect view did not start"
+        names = [f["name"] for f in listing["files"]]
+        assert len(names) == 2
+        for name in names:
+            url = f"http://127.0.0.1:{port}/api/logs/{urllib.parse.quote(name, safe='')}"
+            with urllib.request.urlopen(url, timeout=10) as r:
+                log = json.load(r)
+            assert log["status"] == "success" and len(log["samples"]) == 3
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
 def test_export_parquet_is_one_typed_table_with_a_stable_schema(run_dir, tmp_path) -> None:
     import pyarrow.parquet as pq
 

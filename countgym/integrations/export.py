@@ -80,8 +80,9 @@ def export_inspect(runs: Sequence[str | Path], out: str | Path) -> list[Path]:
     paths = []
     for (dataset, arm, model), recs in sorted(cells.items()):
         log = _eval_log(dataset, arm, model, recs, rows)
-        name = "_".join(_slug(x) for x in (Path(dataset).name or dataset, arm, model))
-        path = out / f"{_slug(min(r.started_at for r in recs))}_{name}.eval"
+        # Inspect's own naming, which `inspect view` parses: {created}_{task}_{id}.eval
+        task = _slug(log.eval.task.replace("/", "-"))
+        path = out / f"{_slug(log.eval.created)}_{task}_{log.eval.task_id}.eval"
         write_eval_log(log, str(path))
         paths.append(path)
     return paths
@@ -89,6 +90,14 @@ def export_inspect(runs: Sequence[str | Path], out: str | Path) -> list[Path]:
 
 def _slug(s: str) -> str:
     return "".join(c if c.isalnum() or c in "-." else "-" for c in s)[:80]
+
+
+def _cell_id(dataset: str, arm: str, model: str, recs: list[EpisodeRecord]) -> str:
+    """A stable id for one exported cell (same run, same id), as Inspect's ids: 22 characters."""
+    import hashlib
+
+    key = json.dumps([dataset, arm, model, sorted(r.episode_id for r in recs)])
+    return hashlib.sha256(key.encode()).hexdigest()[:22]
 
 
 def _eval_log(dataset: str, arm: str, model: str, recs: list[EpisodeRecord], rows: dict[str, dict[str, Any]]) -> Any:
@@ -119,7 +128,11 @@ def _eval_log(dataset: str, arm: str, model: str, recs: list[EpisodeRecord], row
                 metrics={"mean": EvalMetric(name="mean", value=mean),
                          "stderr": EvalMetric(name="stderr", value=sd / math.sqrt(len(vals)))},
             ))  # fmt: skip
+    cell = _cell_id(dataset, arm, model, recs)
     spec = EvalSpec(
+        eval_id=cell,
+        run_id=cell,
+        task_id=cell,
         created=min(r.started_at for r in recs),
         task=f"countgym/{Path(dataset).name or dataset}/{arm}",
         task_version=0,
