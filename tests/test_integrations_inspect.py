@@ -250,3 +250,12 @@ def test_export_hf_video_dataset_has_frames(video_dataset, tmp_path) -> None:
                                cache_dir=str(tmp_path / "cache"))
     row = ds[0]
     assert row["n"] == video_dataset[row["id"]].n and len(row["frames"]) == len(video_dataset[row["id"]].frames)
+
+
+def test_missing_extra_names_the_extra(run_dir, tmp_path, monkeypatch, capsys) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "inspect_ai.log", None)  # as if inspect-ai were not installed
+    assert main(["export", "--format", "inspect", str(run_dir), "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "countgym: error: inspect-ai is not installed; install the 'inspect' extra: pip install 'countgym[inspect]'"

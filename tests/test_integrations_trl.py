@@ -56,7 +56,11 @@ def test_tool_env_unanswered_episode_is_scored_as_no_answer(tiny_dataset) -> Non
     with pytest.raises(ValueError):  # TRL turns a raising tool into an error message to the model
         env.reset(stimulus_id="four")
         env.tag(points=[["a", 1]])
+    for bad in ([1, 2, 3], [float("nan"), 0, 10, 10], ["x", 0, 1, 1]):
+        with pytest.raises(ValueError):
+            env.crop(box=bad)
     assert isinstance(env.tag(points=[[100, 100]]), list)  # the episode goes on
+    assert isinstance(env.crop(box=[0, 0, 500, 500]), list)
 
 
 def test_tool_template_renders_and_trl_parses_tool_calls(tiny_model) -> None:

@@ -237,7 +237,7 @@ def export_parquet(runs: Sequence[str | Path], out: str | Path) -> Path:
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
-        raise MissingExtraError("pyarrow", "photos") from None
+        raise MissingExtraError("pyarrow", "inspect") from None
     records = load_run(runs)
     table = pa.Table.from_pylist([episode_row(r) for r in records], schema=episode_schema())
     out = Path(out)

@@ -157,7 +157,7 @@ def crop(self, box: list[int]) -> list | str:
     Args:
         box: [x1, y1, x2, y2] in the normalised frame of the original image, integers in [0, 1000].
     """
-    return self._step(Crop(box=tuple(float(v) for v in box)))  # type: ignore[arg-type]
+    return self._step(Crop(box=_box(box)))
 
 
 def erase(self, points: list[list[int]]) -> list | str:
@@ -190,6 +190,13 @@ def answer(self, count: int) -> list | str:
 _TOOL_METHODS: dict[str, Callable[..., Any]] = {
     "tag": tag, "crop": crop, "erase": erase, "grid": grid, "answer": answer,
 }
+
+
+def _box(box: Any) -> tuple[float, float, float, float]:
+    vals = [float(v) for v in box]  # model-written: a non-number raises (TRL reports it back)
+    if len(vals) != 4 or not all(math.isfinite(v) for v in vals):
+        raise ValueError(f"box must be four finite numbers [x1, y1, x2, y2], got {box!r}")
+    return vals[0], vals[1], vals[2], vals[3]
 
 
 def _pairs(points: Any) -> list[tuple[Any, Any]]:
