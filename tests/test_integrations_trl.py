@@ -200,6 +200,8 @@ def test_recorded_logprobs_match_grpo_trainer(tiny_model, tiny_dataset, tmp_path
         )
 
     opts = {"device": "cpu", "max_new_tokens": 8, "temperature": temperature}
-    assert gap(ctrl.trainer_logprob_model(tiny_model, **opts)) < 2e-3
+    agree, default = gap(ctrl.trainer_logprob_model(tiny_model, **opts)), gap(LogProbModel(tiny_model, **opts))
+    print(f"T={temperature}: max |countgym - GRPOTrainer| per token: trainer_logprobs {agree:.2e}, default {default:.3f}")
+    assert agree < 2e-3
     # The sampling-distribution log-probs (control tokens renormalised away) differ by ~0.1 nats.
-    assert gap(LogProbModel(tiny_model, **opts)) > 0.05
+    assert default > 0.05
