@@ -160,6 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--out", default=None,
                     help="output: a folder (inspect, hf) or a .parquet file; default: inside the first "
                          "run folder (inspect/, episodes.parquet); required for hf")
+    ex.add_argument("--images", action="store_true",
+                    help="inspect: embed every observation image, re-rendered from the log (larger files)")
 
     rp = sub.add_parser("replay", help="re-render one observation of a logged episode")
     rp.add_argument("runfile")
@@ -320,6 +322,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     first = Path(args.source[0])
     base = first if first.is_dir() else first.parent
+    if args.images and args.fmt != "inspect":
+        raise UserError("--images applies to --format inspect only")
     if args.fmt == "hf":
         if args.out is None:
             raise UserError("--format hf needs --out DIR")
@@ -331,7 +335,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         out = export.export_parquet(args.source, args.out or base / "episodes.parquet")
         print(f"wrote {out}")
     else:
-        paths = export.export_inspect(args.source, args.out or base / "inspect")
+        paths = export.export_inspect(args.source, args.out or base / "inspect", images=args.images)
         for p in paths:
             print(f"wrote {p}")
     return 0

@@ -137,12 +137,41 @@ def test_export_inspect_writes_eval_logs_inspect_reads(run_dir, tmp_path, capsys
             v = s.scores["countgym_audit"].value
             assert v["on_target"] == row["on_target"] and v["phantom"] == row["phantom"]
             assert v["correct"] == float(row["correct"]) and s.target == str(row["n_true"])
-            assert [m.role for m in s.messages][:2] == ["user", "assistant"]
+            # The first turn is rebuilt from the logged options: system prompt, first message.
+            assert [m.role for m in s.messages][:3] == ["system", "user", "assistant"]
+            assert s.messages[1].text == "Count the dots in this image." and isinstance(s.messages[1].content, str)
             seen += 1
         means = {s.name: s.metrics["mean"].value for s in log.results.scores}
         sub = rows[rows["model"] == log.eval.model]
         assert means["on_target"] == pytest.approx(sub["on_target"].astype(float).mean())
     assert seen == len(records) == 6
+
+
+def test_export_inspect_images_embeds_every_observation(run_dir, tmp_path) -> None:
+    from countgym.envs.replay import replay_observation
+
+    out = tmp_path / "with-images"
+    assert main(["export", "--format", "inspect", "--images", str(run_dir), "--out", str(out)]) == 0
+    assert main(["export", "--format", "parquet", "--images", str(run_dir)]) == 2
+    log = read_eval_log(str(sorted(out.glob("*.eval"))[0]), resolve_attachments=True)
+    s = log.samples[0]
+    users = [m for m in s.messages if m.role == "user"]
+    assert all(m.content[0].type == "image" for m in users)
+    [rec] = [r for r in episode_records(log) if r.episode_id == s.id]
+    assert len(users) == len([st for st in rec.steps if st.message]) + 1
+    # The last image is the final working image, tags drawn, as `countgym replay` renders it.
+    import base64
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    from countgym.scenes import resolve_dataset
+
+    last = users[-1].content[0].image.split(",", 1)[1]
+    pixels = np.asarray(Image.open(io.BytesIO(base64.b64decode(last))))
+    k = max(i + 1 for i, st in enumerate(rec.steps) if st.message)
+    assert (pixels == replay_observation(rec, resolve_dataset(rec.dataset), k)).all()
 
 
 def test_inspect_view_serves_the_exported_logs(run_dir, tmp_path) -> None:

@@ -64,8 +64,13 @@ def _finite(v: Any) -> float | None:
 
 
 # --- Inspect ------------------------------------------------------------------------------------
-def export_inspect(runs: Sequence[str | Path], out: str | Path) -> list[Path]:
-    """Write one ``.eval`` log per (dataset, arm, model) cell of ``runs`` into ``out``."""
+def export_inspect(runs: Sequence[str | Path], out: str | Path, *, images: bool = False) -> list[Path]:
+    """Write one ``.eval`` log per (dataset, arm, model) cell of ``runs`` into ``out``.
+
+    Where the dataset resolves, the image task's first turn (system prompt, first message) is
+    rebuilt from the logged options; ``images=True`` also embeds every observation image,
+    re-rendered from the log (``countgym replay``), as PNG data URLs (larger files).
+    """
     try:
         from inspect_ai.log import write_eval_log
     except ImportError:
@@ -79,7 +84,7 @@ def export_inspect(runs: Sequence[str | Path], out: str | Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for (dataset, arm, model), recs in sorted(cells.items()):
-        log = _eval_log(dataset, arm, model, recs, rows)
+        log = _eval_log(dataset, arm, model, recs, rows, _resolve_quietly(dataset), images)
         # Inspect's own naming, which `inspect view` parses: {created}_{task}_{id}.eval
         task = _slug(log.eval.task.replace("/", "-"))
         path = out / f"{_slug(log.eval.created)}_{task}_{log.eval.task_id}.eval"
@@ -100,7 +105,19 @@ def _cell_id(dataset: str, arm: str, model: str, recs: list[EpisodeRecord]) -> s
     return hashlib.sha256(key.encode()).hexdigest()[:22]
 
 
-def _eval_log(dataset: str, arm: str, model: str, recs: list[EpisodeRecord], rows: dict[str, dict[str, Any]]) -> Any:
+def _resolve_quietly(name: str) -> Any:
+    from countgym.scenes import resolve_dataset
+
+    try:
+        return resolve_dataset(name)
+    except UserError:
+        return None
+
+
+def _eval_log(
+    dataset: str, arm: str, model: str, recs: list[EpisodeRecord], rows: dict[str, dict[str, Any]],
+    ds: Any = None, images: bool = False,
+) -> Any:
     from inspect_ai.log import (
         EvalConfig,
         EvalDataset,
@@ -115,7 +132,7 @@ def _eval_log(dataset: str, arm: str, model: str, recs: list[EpisodeRecord], row
 
     from countgym import __version__
 
-    samples = [_sample(r, rows.get(r.episode_id, {}), EvalSample) for r in recs]
+    samples = [_sample(r, rows.get(r.episode_id, {}), EvalSample, ds, images) for r in recs]
     # As Inspect records a scorer with a dict of metrics: one score entry per audit field.
     scores = []
     for k in AUDIT_FIELDS:
@@ -156,16 +173,59 @@ def _eval_log(dataset: str, arm: str, model: str, recs: list[EpisodeRecord], row
     )
 
 
-def _sample(r: EpisodeRecord, row: dict[str, Any], cls: Any) -> Any:
-    from inspect_ai.model import ChatMessageAssistant, ChatMessageUser, ModelOutput
+def _first_turn(r: EpisodeRecord, ds: Any) -> tuple[str, str] | None:
+    """(system prompt, first message) of an image-task episode, rebuilt from its logged options."""
+    opts = dict(r.env_options)
+    if ds is None or "prompt" not in opts:
+        return None  # not the image tool environment, or no dataset to rebuild from
+    opts.pop("reward", None)  # a custom reward callable is not needed for the text
+    try:
+        from countgym.envs.image_env import CountImageEnv
+
+        env = CountImageEnv(ds, stimulus_ids=[r.stimulus_id], **opts)
+        obs, _ = env.reset(options={"stimulus_id": r.stimulus_id})
+    except (UserError, ValueError, TypeError, KeyError, OSError):
+        return None
+    return obs.get("system") or "", obs["text"]
+
+
+def _observation_image(r: EpisodeRecord, ds: Any, k: int) -> Any:
+    """Content part with the observation image after ``k`` steps, or None if it cannot be rebuilt."""
+    from inspect_ai.model import ContentImage
+
+    from countgym.agents.backends.base import png_data_url
+    from countgym.envs.replay import replay_observation
+
+    try:
+        return ContentImage(image=png_data_url(replay_observation(r, ds, k)))
+    except (UserError, ValueError, TypeError, KeyError, OSError):
+        return None
+
+
+def _sample(r: EpisodeRecord, row: dict[str, Any], cls: Any, ds: Any = None, images: bool = False) -> Any:
+    from inspect_ai.model import (
+        ChatMessageAssistant,
+        ChatMessageSystem,
+        ChatMessageUser,
+        ContentText,
+        ModelOutput,
+    )
     from inspect_ai.scorer import Score
 
-    messages: list[Any] = [ChatMessageUser(content=NOT_LOGGED)]
-    for s in r.steps:
+    def user(text: str, k: int) -> Any:
+        img = _observation_image(r, ds, k) if images and ds is not None else None
+        return ChatMessageUser(content=[img, ContentText(text=text)] if img is not None else text)
+
+    first = _first_turn(r, ds)
+    messages: list[Any] = []
+    if first is not None and first[0]:
+        messages.append(ChatMessageSystem(content=first[0]))
+    messages.append(user(first[1] if first is not None else NOT_LOGGED, 0))
+    for k, s in enumerate(r.steps):
         reply = s.reply if s.reply is not None else json.dumps(s.action)
         messages.append(ChatMessageAssistant(content=reply or ""))
         if s.message:
-            messages.append(ChatMessageUser(content=s.message))
+            messages.append(user(s.message, k + 1))
     value = {k: v for k in AUDIT_FIELDS if (v := _finite(row.get(k))) is not None}
     last = next((m.text for m in reversed(messages) if isinstance(m, ChatMessageAssistant)), "")
     return cls(
