@@ -30,12 +30,13 @@ from countgym.logs import EpisodeRecord
 OPTION_COLUMNS: tuple[str, ...] = (
     "tools", "budget", "verify", "numbered", "one_point_per_call", "order", "perturb", "prompt",
     "thinking", "question", "cue", "generic", "blur", "blur_radius", "feather", "attention",
-    "kind", "max_side", "reward", "tool_cost",
+    "kind", "max_side", "reward", "tool_cost", "protocol",
 )  # fmt: skip
 """Options that can vary between cells, one column each in ``episodes.csv`` and
 ``summary.csv``: the image tool loop's (tools ... prompt), CounterCount's (question, cue,
 generic, blur, blur_radius, feather, thinking, attention, kind), the video task's (prompt,
-max_side), and the reward."""
+max_side), the reward, and the image loop's tool protocol (empty: the paper's JSON protocol;
+``native``: native tool calls)."""
 
 ABLATION_DEFAULTS: dict[str, Any] = {
     "order": None,

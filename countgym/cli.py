@@ -108,6 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--order", choices=["reading", "reverse"], default=None)
     r.add_argument("--no-thinking", action="store_true", help="control: reasoning disabled (the lowest effort where a provider cannot disable it)")
     r.add_argument("--perturb", choices=["remove", "add"], default=None)
+    r.add_argument("--protocol", choices=["json", "native"], default=None,
+                   help="tool-loop arms: the paper's JSON action line (default) or native tool calls")
     r.add_argument("--agent-option", action="append", default=[], metavar="KEY=VALUE",
                    help="policy constructor option (repeatable), e.g. omission=0.2")
     r.add_argument("--out", default="runs", help="run folder (default: runs)")
@@ -163,6 +165,9 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--images", action="store_true",
                     help="inspect: embed every observation image, re-rendered from the log (larger files)")
 
+    ls = sub.add_parser("list", help="every env id, battery, arm and config, with sizes and build costs")
+    ls.add_argument("--configs", default=None, help="folder of sweep configs (default: the checkout's configs/)")
+
     rp = sub.add_parser("replay", help="re-render one observation of a logged episode")
     rp.add_argument("runfile")
     rp.add_argument("--episode", required=True, help="episode id (or a unique suffix of it)")
@@ -217,6 +222,13 @@ def cell_from_args(args: argparse.Namespace) -> Any:
         ablations["order"] = args.order
     if args.perturb:
         ablations["perturb"] = args.perturb
+    if args.protocol:
+        from countgym.agents.backends.base import LOCAL_PREFIXES
+
+        if args.protocol == "native" and str(args.model).startswith(LOCAL_PREFIXES):
+            raise UserError("--protocol native needs a backend with tool calling (litellm); "
+                            "local transformers models run the JSON protocol")
+        ablations["protocol"] = args.protocol
     if args.no_thinking:
         if not is_model_arm(args.agent):
             raise UserError("--no-thinking applies to model arms only")
@@ -404,7 +416,21 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_list(args: argparse.Namespace) -> int:
+    """``countgym list``: the catalogue of environments, batteries, arms and configs."""
+    from pathlib import Path
+
+    from countgym.catalog import render
+
+    folder = Path(args.configs) if args.configs else None
+    if folder is not None and not folder.is_dir():
+        raise UserError(f"--configs {folder}: no such folder")
+    sys.stdout.write(render(folder))
+    return 0
+
+
 COMMANDS = {
+    "list": cmd_list,
     "demo": cmd_demo,
     "run": cmd_run,
     "sweep": cmd_sweep,

@@ -128,6 +128,8 @@ class StepRecord(BaseModel):
     """0-based step number within the episode."""
     reply: str | None = None
     """The raw reply text (null for typed actions)."""
+    tool_calls: list[dict[str, Any]] | None = None
+    """The reply's native tool calls (``protocol="native"``, OpenAI form), else null."""
     action: dict[str, Any] | None = None
     """The parsed action as a JSON object, or null when the reply did not parse."""
     parse_error: str | None = None

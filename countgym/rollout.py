@@ -201,8 +201,8 @@ def make_vector_env(env_fns: Sequence[Callable[[], gym.Env]], *, asynchronous: b
     """A vector env of ``env_fns``, each wrapped (once) with ``EpisodeStats``, ``TaskInfo`` and,
     outermost, ``VectorSafeInfo`` (see ``countgym.envs.wrappers``).
 
-    Asynchronous envs never use shared memory: Gymnasium's shared-memory path corrupts text
-    observations (platform-notes).
+    Asynchronous envs send observations through pipes (``shared_memory=False``): the
+    ``VectorSafeInfo`` boxes travel that way anyway, and it keeps no per-sub-env slot reserved.
     """
     fns = [_Wrapped(fn) for fn in env_fns]
     if asynchronous:
@@ -446,7 +446,7 @@ class _Rollout:
         )
 
     def _finish(self, i: int, terminated: bool, truncated: bool, info: dict[str, Any]) -> None:
-        from countgym.envs.wrappers import STATS_KEY
+        from countgym.envs.wrappers import RECORD_KEY, STATS_KEY
 
         truth = info.get("truth") or {}
         self.done[i].append(
@@ -461,7 +461,7 @@ class _Rollout:
                 truth=truth.get("n") if isinstance(truth, dict) else None,
                 end=info.get("end"),
                 stats=dict(info.get(STATS_KEY) or {}),
-                record=_record_dict(info.get("episode")),
+                record=_record_dict(info.get(RECORD_KEY)),
             )
         )
         self.steps[i] = []

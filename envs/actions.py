@@ -82,6 +82,9 @@ class Reply(BaseModel):
     action: Tag | Crop | Erase | Grid | Answer | None = None
     """A typed action the policy derived from ``text`` itself (``list`` and ``tiles`` arms);
     when set, the environment applies it instead of parsing ``text`` and logs both."""
+    tool_calls: list[dict[str, Any]] | None = None
+    """Native tool calls of the reply, OpenAI form (``{"id", "type": "function", "function":
+    {"name", "arguments"}}``); the environment's ``protocol="native"`` executes the first."""
 
 
 def action_to_dict(action: Any) -> dict[str, Any]:

@@ -16,9 +16,9 @@ from typing import Any, ClassVar, Literal
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
-from gymnasium.vector.utils import create_shared_memory
 
 from countgym.envs import cf_templates as tpl
+from countgym.envs import shm
 from countgym.envs.actions import Answer, Reply
 from countgym.envs.common import (
     build_record,
@@ -251,11 +251,7 @@ class MaskSpace(spaces.Space[np.ndarray]):
         return isinstance(other, MaskSpace) and other.max_side == self.max_side
 
 
-@create_shared_memory.register(MaskSpace)
-def _no_shared_memory(space: Any, n: int = 1, ctx: Any = None) -> Any:
-    from gymnasium.error import CustomSpaceError
-
-    raise CustomSpaceError("MaskSpace cannot live in shared memory; use AsyncVectorEnv(..., shared_memory=False)")
+shm.register_bytes_space(MaskSpace, lambda sp: sp.max_side * sp.max_side, shm.encode_array, shm.decode_array)
 
 
 class CounterCountEnv(gym.Env):
@@ -410,7 +406,7 @@ class CounterCountEnv(gym.Env):
         if self.expose_region:
             obs["region"] = MaskSpace(MAX_LONG_SIDE)
         self.observation_space = spaces.Dict(obs)
-        self.action_space = MessageSpace()
+        self.action_space = MessageSpace(accepts=(Reply,))
 
         self.state: EpisodeState | None = None
         self.stimulus: Stimulus | None = None

@@ -8,9 +8,8 @@ from typing import Any, ClassVar, Literal
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
-from gymnasium.error import CustomSpaceError
-from gymnasium.vector.utils import create_shared_memory
 
+from countgym.envs import shm
 from countgym.envs.actions import Answer, Reply
 from countgym.envs.common import (
     build_record,
@@ -75,11 +74,16 @@ class VideoSpace(spaces.Space[np.ndarray]):
         )
 
 
-@create_shared_memory.register(VideoSpace)
-def _refuse_shared_memory(space: Any, n: int = 1, ctx: Any = None) -> Any:
-    raise CustomSpaceError(
-        "VideoSpace cannot live in shared memory; use AsyncVectorEnv(..., shared_memory=False)"
-    )
+SHM_CLIP_BYTES = 10 * 1920 * 1080 * 3
+"""Shared-memory slot of one sub-env: the protocol's 10 sampled frames at 1920 x 1080 (the
+space's own bound, 64 frames of 4096 px, would reserve gigabytes per sub-env)."""
+
+shm.register_bytes_space(
+    VideoSpace,
+    lambda sp: min(sp.max_frames * sp.max_side * sp.max_side * 3, SHM_CLIP_BYTES),
+    shm.encode_array,
+    shm.decode_array,
+)
 
 
 class CountVideoEnv(gym.Env):
@@ -215,7 +219,7 @@ class CountVideoEnv(gym.Env):
         self.budget = 0
 
         self.observation_space = spaces.Dict({"frames": VideoSpace(), "text": MessageSpace()})
-        self.action_space = MessageSpace()
+        self.action_space = MessageSpace(accepts=(Reply, Answer))
 
         self.stimulus: Stimulus | None = None
         self._frames: np.ndarray | None = None

@@ -37,9 +37,12 @@ def test_episode_stats_extends_record_episode_statistics(tiny_dataset) -> None:
     assert list(env.correct_queue) == [True, False] and list(env.tag_queue) == [1, 0]
 
 
-def test_episode_stats_refuses_the_key_the_env_uses(tiny_dataset) -> None:
-    with pytest.raises(ValueError, match="taken by CountImageEnv"):
-        EpisodeStats(CountImageEnv(tiny_dataset), stats_key="episode")
+def test_episode_stats_can_take_gymnasiums_key(tiny_dataset) -> None:
+    env = EpisodeStats(CountImageEnv(tiny_dataset), stats_key="episode")
+    env.reset(seed=0, options={"stimulus_id": "two"})
+    *_, info = env.step(Answer(count=2))
+    assert info["episode"]["correct"] and info["episode"]["l"] == 1
+    assert info["episode_record"].answer == 2
 
 
 def test_task_info_carries_what_a_policy_may_know(wide_dataset) -> None:

@@ -25,6 +25,7 @@ import asyncio
 import contextvars
 import email.utils
 import importlib.util
+import json
 import os
 import random
 import re
@@ -190,8 +191,9 @@ class LiteLLMBackend(BaseChatModel):
         }
 
     # --- calls ----------------------------------------------------------------------------------
-    def complete(self, messages: list[Message]) -> Reply:
-        """One chat call with retries; never raises on provider faults."""
+    def complete(self, messages: list[Message], *, tools: list[dict[str, Any]] | None = None) -> Reply:
+        """One chat call with retries; never raises on provider faults. ``tools``: OpenAI-style
+        function definitions (native tool calling); the reply's ``tool_calls`` come back on it."""
         start = time.perf_counter()
         try:
             wire = to_openai_messages(messages)
@@ -208,7 +210,7 @@ class LiteLLMBackend(BaseChatModel):
             attempt += 1
             budget = self.timeout_s if left is None else min(self.timeout_s, left)
             try:
-                response = self._call(wire, budget)
+                response = self._call(wire, budget, tools)
                 reply = self._to_reply(response)
             except Exception as e:  # provider faults arrive as many exception types
                 retryable, retry_after = self._classify(e)
@@ -267,11 +269,15 @@ class LiteLLMBackend(BaseChatModel):
             futures = [pool.submit(contextvars.copy_context().run, self.complete, m) for m in batch]
             return [f.result() for f in futures]
 
-    def _call(self, wire: list[dict[str, Any]], budget_s: float) -> Any:
+    def _call(
+        self, wire: list[dict[str, Any]], budget_s: float, tools: list[dict[str, Any]] | None = None
+    ) -> Any:
         """One attempt: ``litellm.acompletion`` on the background loop, cancelled (connection
         closed) when the whole reply has not arrived within ``budget_s`` seconds."""
         litellm = _litellm()
         kwargs = self._kwargs(wire, budget_s)
+        if tools:
+            kwargs["tools"] = tools
         coro = asyncio.wait_for(litellm.acompletion(**kwargs), budget_s)
         future = asyncio.run_coroutine_threadsafe(coro, _event_loop())
         try:
@@ -317,9 +323,10 @@ class LiteLLMBackend(BaseChatModel):
             raise _RetryableResponse("response choice has no message")
         finish = getattr(choice, "finish_reason", None)
         text = getattr(msg, "content", None) or ""
+        tool_calls = _tool_calls_of(msg)
         if finish == "content_filter":
             raise _ContentFiltered("the provider's content filter stopped the reply")
-        if not text.strip() and finish not in ("length",):
+        if not text.strip() and not tool_calls and finish not in ("length",):
             # "length" with no text is a model that spent its budget thinking: not a fault to
             # retry; the env treats the empty reply as invalid and asks again.
             raise _RetryableResponse(f"empty reply (finish_reason={finish!r})")
@@ -330,7 +337,7 @@ class LiteLLMBackend(BaseChatModel):
                 f"{self.model}: reasoning was requested off but the provider reported "
                 f"{usage.reasoning_tokens} reasoning tokens (recorded per step)",
             )
-        return Reply(text=text, usage=usage, cost=self._cost(response, usage))
+        return Reply(text=text, usage=usage, cost=self._cost(response, usage), tool_calls=tool_calls)
 
     def _cost(self, response: Any, usage: Usage | None) -> float | None:
         if self.input_cost_per_token is not None or self.output_cost_per_token is not None:
@@ -480,6 +487,27 @@ def _retry_after(e: BaseException) -> float | None:
         return max(0.0, email.utils.mktime_tz(parsed) - time.time())
 
 
+def _tool_calls_of(msg: Any) -> list[dict[str, Any]] | None:
+    """The message's native tool calls in OpenAI form (plain dicts), or None."""
+    calls = getattr(msg, "tool_calls", None) or []
+    out = []
+    for c in calls:
+        fn = getattr(c, "function", None)
+        if fn is None and isinstance(c, dict):
+            fn = c.get("function")
+        get = (lambda o, k: o.get(k)) if isinstance(fn, dict) else getattr
+        args = get(fn, "arguments") if fn is not None else None
+        out.append({
+            "id": str((c.get("id") if isinstance(c, dict) else getattr(c, "id", None)) or f"call_{len(out)}"),
+            "type": "function",
+            "function": {
+                "name": str(get(fn, "name") or "") if fn is not None else "",
+                "arguments": args if isinstance(args, str) else json.dumps(args or {}),
+            },
+        })
+    return out or None
+
+
 def _usage_of(response: Any) -> Usage | None:
     usage = getattr(response, "usage", None)
     if usage is None:
@@ -497,12 +525,32 @@ def to_openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
     """Our messages in OpenAI wire format: images as base64 PNG data URLs.
 
     System and assistant turns are sent as plain strings (some providers reject part lists
-    there); user turns keep their parts in order.
+    there); user turns keep their parts in order. Native tool calling: an assistant turn keeps
+    its ``tool_calls``; a ``tool`` turn is sent as its text, and its images follow in a user
+    turn (OpenAI accepts only text in tool results).
     """
     out: list[dict[str, Any]] = []
     for m in messages:
         role = m["role"]
         content = m.get("content")
+        if role == "tool":
+            parts = content if isinstance(content, list) else [{"type": "text", "text": str(content or "")}]
+            text = "\n".join(p["text"] for p in parts if p.get("type") == "text")
+            out.append({"role": "tool", "tool_call_id": m.get("tool_call_id", ""), "content": text})
+            images = [
+                {"type": "image_url", "image_url": {"url": png_data_url(p["image"])}}
+                for p in parts
+                if p.get("type") == "image"
+            ]
+            if images:
+                out.append({"role": "user", "content": images})
+            continue
+        if role == "assistant" and m.get("tool_calls"):
+            text = content if isinstance(content, str) else "\n".join(
+                p["text"] for p in content or [] if p.get("type") == "text"
+            )
+            out.append({"role": "assistant", "content": text or None, "tool_calls": m["tool_calls"]})
+            continue
         if isinstance(content, str):
             out.append({"role": role, "content": content})
             continue

@@ -1,4 +1,2 @@
-"""Adapters to the libraries people train and evaluate with (TRL, Inspect AI), one import each.
-
-Each adapter imports its library lazily and names the extra to install when it is missing.
-"""
+"""Adapters to the libraries people train and evaluate with (TRL, verifiers, Inspect AI), one
+import each, each behind its own extra; a missing library gives an error naming the extra."""

@@ -20,6 +20,11 @@ video PARSER, CF JUDGE   the last integer of the quoted reply, or ``NaN`` when i
 anything else            ``ANSWER: n``
 =======================  =========================================================================
 
+With ``tools`` in the request (the native tool protocol) the same decisions come back as
+``tool_calls`` (the thought stays in ``content``). ``stream: true`` is answered as server-sent
+events (content and tool-call deltas, the finish reason, a usage chunk when
+``stream_options.include_usage`` asks for it, then ``[DONE]``).
+
 Faults (``429`` with ``Retry-After``, ``500``, ``503``, ``timeout``, ``malformed``, ``empty``,
 ``drop``, ``401``, ``400``, ``context``, ``filter``, ``trickle``: headers at once, then the body
 one byte every ``trickle_interval_s``) come from an explicit per-request
@@ -51,6 +56,7 @@ from PIL import Image
 from countgym.agents.backends.base import decode_data_url
 from countgym.agents.blobs import detect_blobs
 from countgym.envs import cf_templates as CT
+from countgym.envs import native_tools as NT
 from countgym.envs import templates as T
 from countgym.envs import video_templates as VT
 
@@ -88,6 +94,7 @@ def _template_regex(template: str) -> re.Pattern[str]:
 
 
 _SYSTEM_RE = _template_regex(T.SYSTEM)
+_NATIVE_SYSTEM_RE = _template_regex(NT.NATIVE_SYSTEM)
 _DIRECT_RE = _template_regex(T.DIRECT)
 _COT_RE = _template_regex(T.COT)
 _LIST_RE = _template_regex(T.LIST)
@@ -176,7 +183,7 @@ def model_reply(messages: Sequence[dict[str, Any]]) -> str:
     images = [u for m in messages for u in _images_of(m)]
     last_image = images[-1] if images else None
 
-    if hit := _SYSTEM_RE.search(system):
+    if hit := (_SYSTEM_RE.search(system) or _NATIVE_SYSTEM_RE.search(system)):
         target = _target_for(hit.group("obj"))
         has_turns = any(m.get("role") == "assistant" for m in messages)
         placed = _placed_tags(messages)
@@ -220,6 +227,47 @@ def model_reply(messages: Sequence[dict[str, Any]]) -> str:
     target = _target_for(hit.group("obj")) if hit else "dark"
     pts, _ = _normalised_blobs(last_image, target)
     return f"ANSWER: {len(pts)}"
+
+
+def native_to_text(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A native tool-calling conversation in the JSON protocol's shape: an assistant turn's
+    first tool call becomes its JSON action line, a tool result a user turn (the image-only user
+    turn that carries the tool's image is merged into it)."""
+    out: list[dict[str, Any]] = []
+    after_tool = False
+    for m in messages:
+        role = m.get("role")
+        if role == "assistant" and m.get("tool_calls"):
+            action = NT.call_to_action(m["tool_calls"][0])
+            line = json.dumps(action, separators=(",", ":")) if isinstance(action, dict) else ""
+            out.append({"role": "assistant", "content": f"{_text_of(m)}\n{line}".strip()})
+        elif role == "tool":
+            if after_tool:  # a not-executed note for a further call of the same reply
+                continue
+            out.append({"role": "user", "content": [{"type": "text", "text": _text_of(m)}]})
+            after_tool = True
+            continue
+        elif role == "user" and after_tool and not _text_of(m).strip():
+            out[-1] = {"role": "user", "content": [*(m.get("content") or []), *out[-1]["content"]]}
+        else:
+            out.append(dict(m))
+        after_tool = False
+    return out
+
+
+def to_tool_calls(text: str, index: int) -> tuple[str, list[dict[str, Any]] | None]:
+    """Split a JSON-protocol reply into (thought, native tool calls); no action line: no calls."""
+    head, _, last = text.strip().rpartition("\n")
+    try:
+        action = json.loads(last)
+    except ValueError:
+        return text, None
+    if not isinstance(action, dict) or not isinstance(action.get("tool"), str):
+        return text, None
+    name = action.pop("tool")
+    call = {"id": f"call_{index}_0", "type": "function",
+            "function": {"name": name, "arguments": json.dumps(action, separators=(",", ":"))}}
+    return head.strip(), [call]
 
 
 def image_size(url: str) -> tuple[int, int]:
@@ -436,8 +484,12 @@ class _Handler(BaseHTTPRequestHandler):
                 200, _envelope(index, model, None, {"prompt_tokens": 1, "completion_tokens": 0})
             )
             return
+        tool_calls = None
         try:
-            text = model_reply(messages)
+            native = bool(body.get("tools"))
+            text = model_reply(native_to_text(messages) if native else messages)
+            if native:
+                text, tool_calls = to_tool_calls(text, index)
         except Exception as e:  # a bad image in the request is the client's fault
             self._send_json(
                 400,
@@ -450,12 +502,26 @@ class _Handler(BaseHTTPRequestHandler):
             )
             return
         usage = estimate_usage(messages, text, 0 if _thinking_off(body) else state.reasoning_tokens)
-        finish = "content_filter" if fault == "filter" else "stop"
-        self._send_json(
-            200,
-            _envelope(index, model, text if fault != "filter" else "", usage, finish),
-            trickle_s=state.trickle_interval_s if fault == "trickle" else None,
-        )
+        finish = "content_filter" if fault == "filter" else ("tool_calls" if tool_calls else "stop")
+        reply = _envelope(index, model, text if fault != "filter" else "", usage, finish, tool_calls)
+        if body.get("stream"):
+            include = bool((body.get("stream_options") or {}).get("include_usage"))
+            self._send_stream(_stream_chunks(reply, include_usage=include))
+        else:
+            self._send_json(
+                200, reply, trickle_s=state.trickle_interval_s if fault == "trickle" else None
+            )
+
+    def _send_stream(self, chunks: list[dict[str, Any]]) -> None:
+        """Server-sent events, ending with ``data: [DONE]``."""
+        payload = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks)
+        payload += b"data: [DONE]\n\n"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
 
     def _send_fault(self, fault: str) -> bool:
         """Send an error response for ``fault``; False when the fault is not an HTTP error."""
@@ -542,15 +608,17 @@ def _bearer(header: str) -> str:
 
 
 def _envelope(
-    index: int, model: str, text: str | None, usage: dict[str, Any], finish: str = "stop"
+    index: int,
+    model: str,
+    text: str | None,
+    usage: dict[str, Any],
+    finish: str = "stop",
+    tool_calls: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    choices = (
-        []
-        if text is None
-        else [
-            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
-        ]
-    )
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    choices = [] if text is None else [{"index": 0, "message": message, "finish_reason": finish}]
     return {
         "id": f"chatcmpl-countgym-{index}",
         "object": "chat.completion",
@@ -559,6 +627,32 @@ def _envelope(
         "choices": choices,
         "usage": usage,
     }
+
+
+def _stream_chunks(reply: dict[str, Any], *, include_usage: bool) -> list[dict[str, Any]]:
+    """A chat completion as ``chat.completion.chunk`` objects: role, content in two pieces,
+    tool calls, finish reason, and (when asked) a last chunk with the usage."""
+    base = {k: reply[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    out: list[dict[str, Any]] = []
+    if reply["choices"]:
+        choice = reply["choices"][0]
+        msg = choice["message"]
+        text = msg.get("content") or ""
+        out.append(chunk({"role": "assistant", "content": ""}))
+        half = len(text) // 2
+        for piece in (text[:half], text[half:]):
+            if piece:
+                out.append(chunk({"content": piece}))
+        for i, call in enumerate(msg.get("tool_calls") or []):
+            out.append(chunk({"tool_calls": [{"index": i, **call}]}))
+        out.append(chunk({}, choice["finish_reason"]))
+    if include_usage:
+        out.append({**base, "choices": [], "usage": reply["usage"]})
+    return out
 
 
 # --- command line -------------------------------------------------------------------------------
