@@ -205,3 +205,18 @@ def test_recorded_logprobs_match_grpo_trainer(tiny_model, tiny_dataset, tmp_path
     assert agree < 2e-3
     # The sampling-distribution log-probs (control tokens renormalised away) differ by ~0.1 nats.
     assert default > 0.05
+
+
+def test_single_step_video_rows_carry_every_frame_and_score_with_the_env(tmp_path) -> None:
+    from countgym.envs.video_env import CountVideoEnv
+    from countgym.scenes.video import make_countvideo
+    from countgym.stimulus import Dataset
+
+    ds = Dataset(make_countvideo(tmp_path / "cv", limit=2, size=(48, 27), progress=False, workers=1))
+    rows = ctrl.prompt_dataset(CountVideoEnv(ds))
+    sid = rows[0]["stimulus_id"]
+    assert len(rows[0]["images"]) == len(ds[sid].frames) > 2
+    assert sum(p["type"] == "image" for p in rows[0]["prompt"][0]["content"]) == len(rows[0]["images"])
+    n = ds[sid].n
+    reward = ctrl.env_reward(lambda: CountVideoEnv(ds, reward="exact"))
+    assert reward(completions=[f"There are {n}.", f"There are {n + 1}."], stimulus_id=[sid, sid]) == [1.0, 0.0]
