@@ -230,6 +230,7 @@ def cf_scores(
     for keys, g in groups:
         keys = keys if isinstance(keys, tuple) else (keys,)
         row: dict[str, Any] = dict(zip(by, keys, strict=True))
+        g, row["errors"] = _without_errors(g)
         fact, cf = g[g["kind"] == "factual"], g[g["kind"] == "cf"]
         row["n_factual"], row["n_cf"] = len(fact), len(cf)
         stats = {
@@ -244,6 +245,15 @@ def cf_scores(
             row[name], row[f"{name}_low"], row[f"{name}_high"] = est, lo, hi
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _without_errors(g: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """The scored episodes of a group and how many ended in an error (a failed model call is
+    no wrong answer: it is counted in ``errors`` and left out of every rate)."""
+    if "end" not in g.columns:
+        return g, 0
+    errored = (g["end"] == "error").to_numpy(dtype=bool)
+    return g[~errored], int(errored.sum())
 
 
 def _rate_ci(x: np.ndarray, n_resamples: int, confidence: float, seed: int) -> tuple[float, float, float]:
@@ -288,6 +298,7 @@ def paired_deltas(
     """
     _check_frame(frame, [*by, factor, *key])
     df = frame if kind is None else frame[frame["kind"] == kind]
+    df, _ = _without_errors(df)
     rows = []
     groups = df.groupby(list(by), dropna=False, sort=True) if by else [((), df)]
     for keys, g in groups:

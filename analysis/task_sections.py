@@ -66,6 +66,7 @@ def video_frame(records: Sequence[EpisodeRecord], episodes: pd.DataFrame | None 
             "arm": arm_labels(records),
             "n_true": [r.truth.n if r.truth else None for r in records],
             "answer": [r.answer for r in records],
+            "end": [r.end for r in records],
             "shape": shapes,
             "color": colors,
         }
@@ -120,7 +121,12 @@ def write_task_sections(
         from countgym.analysis import bias
 
         df = video_frame(video, episodes)
+        # A failed model call is no wrong answer: left out of every metric, counted in `errors`.
+        errored = df["end"] == "error"
+        errors = errored.groupby(df["model"]).sum()
+        df = df[~errored]
         table = bias.bias_table(df)
+        table.insert(1, "errors", [int(errors.get(m, 0)) if m != "Oracle" else 0 for m in table["model"]])
         vout = out / "countvideo"
         vout.mkdir(parents=True, exist_ok=True)
         table.to_csv(vout / "bias.csv", index=False)

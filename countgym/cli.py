@@ -186,6 +186,15 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--parser-option", action="append", default=[], metavar="KEY=VALUE",
                    help="backend option for the parser (repeatable), e.g. api_base=...")
 
+    ex = sub.add_parser("export", help="export runs (Inspect .eval logs, Parquet) or a dataset (Hugging Face)")
+    ex.add_argument("source", nargs="+", help="run folders or log files; for --format hf: a dataset folder or battery")
+    ex.add_argument("--format", required=True, choices=("inspect", "parquet", "hf"), dest="fmt")
+    ex.add_argument("--out", default=None,
+                    help="output: a folder (inspect, hf) or a .parquet file; default: inside the first "
+                         "run folder (inspect/, episodes.parquet); required for hf")
+    ex.add_argument("--images", action="store_true",
+                    help="inspect: embed every observation image, re-rendered from the log (larger files)")
+
     ls = sub.add_parser("list", help="every env id, battery, arm and config, with sizes and build costs")
     ls.add_argument("--configs", default=None, help="folder of sweep configs (default: the checkout's configs/)")
 
@@ -351,6 +360,30 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from countgym.integrations import export
+
+    first = Path(args.source[0])
+    base = first if first.is_dir() else first.parent
+    if args.images and args.fmt != "inspect":
+        raise UserError("--images applies to --format inspect only")
+    if args.fmt == "hf":
+        if args.out is None:
+            raise UserError("--format hf needs --out DIR")
+        if len(args.source) != 1:
+            raise UserError("--format hf exports one dataset: give one folder or battery name")
+        out = export.export_hf_dataset(args.source[0], args.out)
+        print(f"wrote {out}: datasets.load_dataset('parquet', data_files='{out}/data/*.parquet')")
+    elif args.fmt == "parquet":
+        out = export.export_parquet(args.source, args.out or base / "episodes.parquet")
+        print(f"wrote {out}")
+    else:
+        paths = export.export_inspect(args.source, args.out or base / "inspect", images=args.images)
+        for p in paths:
+            print(f"wrote {p}")
+    return 0
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     from countgym.envs.replay import replay_observation, write_png
     from countgym.logs import iter_records
@@ -434,6 +467,7 @@ COMMANDS = {
     "sweep": cmd_sweep,
     "audit": cmd_audit,
     "replay": cmd_replay,
+    "export": cmd_export,
 }
 
 

@@ -86,6 +86,17 @@ def test_paired_deltas_known_answer(cf4: Dataset, records: list[EpisodeRecord]) 
     assert drop.n_pairs == 4 and drop.accuracy_delta == pytest.approx(-0.5)
 
 
+def test_errored_episodes_are_counted_not_scored(cf4: Dataset, records: list[EpisodeRecord]) -> None:
+    """A failed model call is no wrong answer: it is left out of every rate and counted."""
+    df = cf_frame(records, cf4)
+    failed = df.index[(df["intervention"] == "baseline") & (df["stimulus_id"] == "spider-6-cf")]
+    df.loc[failed, "end"] = "error"
+    base = cf_scores(df).set_index("intervention").loc["baseline"]
+    assert (base.errors, base.n_cf) == (1, 3)
+    assert (base.cf_accuracy, base.bias_rate, base.no_answer_rate) == pytest.approx((1 / 3, 2 / 3, 0.0))
+    assert paired_deltas(df).iloc[0].n_pairs == 3
+
+
 def test_bootstrap_ci_of_a_constant_is_a_point(cf4: Dataset) -> None:
     df = cf_frame(_run(cf4, {"dog-3-cf": "3", "cat-1-cf": "1"}), cf4)
     s = cf_scores(df).iloc[0]
