@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from countgym.errors import UserError
-from countgym.limits import MAX_CONCURRENCY, MAX_REPEATS
+from countgym.limits import MAX_BUDGET, MAX_CONCURRENCY, MAX_REPEATS
 
 
 def _int_at_least(low: int, what: str) -> Any:
@@ -130,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--agent", required=True, help="built-in arm/policy or package.module:ClassName")
     r.add_argument("--model", default="", help="model id for model-backed arms")
     r.add_argument("--tools", nargs="+", default=None, help="enabled tools (tag crop erase grid)")
-    r.add_argument("--budget", type=_non_negative_int, default=None, help="tool-call budget T")
+    r.add_argument("--budget", type=_int_between(0, MAX_BUDGET), default=None, help="tool-call budget T")
     r.add_argument("--no-verify", action="store_true", help="ablation: no verification prompt")
     r.add_argument("--plain-marks", action="store_true", help="ablation: tags without numbers")
     r.add_argument("--order", choices=["reading", "reverse"], default=None)

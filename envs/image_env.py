@@ -26,6 +26,7 @@ from countgym.envs.render import crop_view, erase_radius, render_working_image
 from countgym.envs.rewards import RewardFn, resolve_reward
 from countgym.envs.spaces import ImageSpace, MessageSpace
 from countgym.envs.state import EpisodeState
+from countgym.limits import MAX_BUDGET
 from countgym.logs import EpisodeRecord, StepRecord
 from countgym.matching import match_tags
 from countgym.stimulus import Dataset, Stimulus
@@ -179,8 +180,8 @@ class CountImageEnv(gym.Env):
             raise ValueError(f"unknown tools {bad}; choose from {TOOLS}")
         self.tools = tuple(t for t in TOOLS if t in tools or t == "answer")
         self.budget = int(budget if budget is not None else (TAG1_BUDGET if one_point_per_call else 6))
-        if self.budget < 0:
-            raise ValueError(f"budget must be >= 0, got {budget}")
+        if not 0 <= self.budget <= MAX_BUDGET:
+            raise ValueError(f"budget must be an integer from 0 to {MAX_BUDGET}, got {budget}")
         if order not in (None, "reading", "reverse"):
             raise ValueError(f"order must be None, 'reading' or 'reverse', got {order!r}")
         if perturb not in (None, "remove", "add"):

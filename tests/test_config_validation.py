@@ -127,6 +127,8 @@ def test_sweep_config_not_utf8_is_a_user_error(tmp_path: Path, capsys) -> None:
         (["--repeats", "1001"], "--repeats"),
         (["--repeats", "1e9"], "--repeats"),
         (["--concurrency", "100000"], "--concurrency"),
+        (["--budget", "99999999999999999999"], "--budget"),
+        (["--budget", "-1"], "--budget"),
     ],
 )
 def test_run_flags_are_checked(flags: list[str], needle: str, capsys) -> None:
@@ -332,3 +334,9 @@ def test_download_report_lists_are_json_friendly(tmp_path: Path) -> None:
     from countgym.scenes.photos.download import RejectedImage
 
     assert json.dumps(str(RejectedImage("x"))) == '"x"'
+
+
+def test_sweep_budget_out_of_range_is_a_user_error(tmp_path: Path, tiny_dataset, capsys) -> None:
+    p = tmp_path / "s.toml"
+    p.write_text(f"datasets = [{str(tiny_dataset.root)!r}]\narms = ['oracle']\nbudgets = [10000]\nout = {str(tmp_path / 'runs')!r}\n")
+    assert "budget" in _one_line_exit_2(["sweep", str(p), "--no-progress"], capsys)
