@@ -42,14 +42,15 @@ from countgym.agents.backends.base import (
     ChatModel,
     Message,
     image_part,
-    make_backend,
     message,
     sum_cost,
     sum_usage,
     text_part,
 )
-from countgym.agents.base import Task
+from countgym.agents.backends.factory import make_backend
+from countgym.agents.base import ArmFamily, Task
 from countgym.agents.context import KEEP_IMAGES, apply_context_policy
+from countgym.envs import native_tools as NT
 from countgym.envs import templates as T
 from countgym.envs.actions import Answer, Reply, Tag
 from countgym.errors import UserError
@@ -136,8 +137,12 @@ def arm_env_options(
     order: str | None = None,
     perturb: str | None = None,
     thinking: bool | None = None,
+    protocol: str | None = None,
 ) -> dict[str, Any]:
     """The environment options of ``arm`` with ablations applied.
+
+    ``protocol="native"`` runs the tool loop over native tool calls (``json``, the paper's
+    protocol, is the default and is not written into the options).
 
     Tool-loop ablations on an arm whose model never sees the tool loop (direct, cot, list,
     tiles) are a configuration mistake and raise ``UserError``. ``thinking`` is accepted so one
@@ -169,6 +174,11 @@ def arm_env_options(
         if perturb not in ("remove", "add"):
             raise UserError(f"perturb must be 'remove' or 'add', got {perturb!r}")
         changes["perturb"] = perturb
+    if protocol is not None:
+        if protocol not in ("json", "native"):
+            raise UserError(f"protocol must be 'json' or 'native', got {protocol!r}")
+        if protocol == "native":
+            changes["protocol"] = "native"
     if changes and not a.tool_loop:
         loop_arms = ", ".join(n for n, d in ARMS.items() if d.tool_loop)
         raise UserError(
@@ -182,7 +192,7 @@ def arm_env_options(
 def arm_backend_options(
     arm: str | None = None, *, thinking: bool | None = None, **_: Any
 ) -> dict[str, Any]:
-    """Backend options an ablation dict implies (``thinking=False``: reasoning off/minimal)."""
+    """Backend options an ablation dict implies (``thinking=False``: reasoning disabled)."""
     if arm is not None:
         _arm(arm)
     return {} if thinking is None or thinking else {"thinking": False}
@@ -212,6 +222,11 @@ class ChatPolicy:
     The system prompt (from the first observation) opens the conversation; every observation
     becomes a user turn (its image, then its text) and every reply an assistant turn. Requests
     follow the context policy (the two most recent images kept).
+
+    With the native tool protocol (``task.options["protocol"] == "native"``) the request carries
+    the tool schema, the model's ``tool_calls`` stay on its assistant turn, and each observation
+    is the result of the call it answers: a ``tool`` message with the message text and the
+    re-rendered image (other calls of the same reply get a not-executed note).
     """
 
     def __init__(
@@ -221,24 +236,48 @@ class ChatPolicy:
         self.keep_images = keep_images
         self.history: list[Message] = []
         self.task: Task | None = None
+        self.tools: list[dict[str, Any]] | None = None
+
+    @property
+    def native(self) -> bool:
+        """True when this episode uses native tool calling."""
+        return self.tools is not None
 
     def reset(self, first_observation: dict[str, Any], task: Task) -> None:
         """Start a conversation; the first observation itself arrives again with ``act``."""
         self.task = task
         system = first_observation.get("system") or ""
         self.history = [message("system", text_part(system))] if system else []
+        self.tools = None
+        if (task.options or {}).get("protocol") == "native":
+            if not supports_tools(self.model):
+                raise UserError(
+                    f"the native tool protocol needs a backend with tool calling (litellm); "
+                    f"{type(self.model).__name__} has none: use the JSON protocol"
+                )
+            self.tools = NT.tool_schema(task.tools, task.obj, task.obj_sing)
 
     def act(self, observation: dict[str, Any]) -> Reply:
         """One model call on the conversation so far plus this observation."""
-        return self.record(self.model.complete(self.request(observation)))
+        request = self.request(observation)
+        if self.native:
+            return self.record(self.model.complete(request, tools=self.tools))  # type: ignore[call-arg]
+        return self.record(self.model.complete(request))
 
     def request(self, observation: dict[str, Any]) -> list[Message]:
-        """Append the observation as a user turn; the messages to send (context policy applied)."""
+        """Append the observation as a user turn (or as tool results, native protocol); the
+        messages to send (context policy applied)."""
         parts = []
         if observation.get("image") is not None:
             parts.append(image_part(observation["image"]))
         parts.append(text_part(str(observation.get("text", ""))))
-        self.history.append(message("user", *parts))
+        calls = self.history[-1].get("tool_calls") if self.history else None
+        if self.native and calls:
+            for k, call in enumerate(calls):
+                content = parts if k == 0 else [text_part(NT.NATIVE_EXTRA_CALL)]
+                self.history.append({"role": "tool", "tool_call_id": call.get("id", ""), "content": content})
+        else:
+            self.history.append(message("user", *parts))
         # Prune the history itself, not just the request: an image that left the window is never
         # sent again, and a tag-1 episode (80 turns) would otherwise hold 80 images in memory.
         self.history = apply_context_policy(self.history, keep_images=self.keep_images)
@@ -246,8 +285,21 @@ class ChatPolicy:
 
     def record(self, reply: Reply) -> Reply:
         """Append the model's reply as an assistant turn and pass it on."""
-        self.history.append(message("assistant", text_part(reply.text)))
+        turn = message("assistant", text_part(reply.text))
+        if self.native and reply.tool_calls:
+            turn["tool_calls"] = [dict(c) for c in reply.tool_calls]
+        self.history.append(turn)
         return reply
+
+
+def supports_tools(model: Any) -> bool:
+    """Whether ``model.complete`` takes a ``tools=`` argument (native tool calling)."""
+    import inspect
+
+    try:
+        return "tools" in inspect.signature(model.complete).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def act_many(policies: Sequence[Any], observations: Sequence[dict[str, Any]]) -> list[Any]:
@@ -258,7 +310,7 @@ def act_many(policies: Sequence[Any], observations: Sequence[dict[str, Any]]) ->
     out: list[Any] = [None] * len(policies)
     groups: dict[int, list[int]] = {}
     for i, p in enumerate(policies):
-        if type(p) is ChatPolicy:
+        if type(p) is ChatPolicy and not p.native:
             groups.setdefault(id(p.model), []).append(i)
         else:
             out[i] = p.act(observations[i])
@@ -510,3 +562,30 @@ class TilesPolicy:
         self._run = _TileRun(boxes=boxes, points=merged)
         norm = [(x / w * 1000.0, y / h * 1000.0) for x, y in merged]
         return Reply(text=text, usage=usage, cost=cost, latency_s=latency, action=Tag(points=norm))
+
+
+# --- the family, as the registry lists it ----------------------------------------------------------
+def _family_env_options(
+    arm: str, *, tools: Sequence[str] | None = None, budget: int | None = None, **ablations: Any
+) -> dict[str, Any]:
+    try:
+        opts = arm_env_options(arm, budget=budget, **ablations)
+    except TypeError as e:
+        raise UserError(f"invalid ablation for arm {arm!r}: {e}") from None
+    opts["tools"] = list(tools if tools is not None else opts["tools"])
+    return opts
+
+
+def _family_backend(arm: str, model: str, **options: Any) -> ChatModel:
+    return make_backend(model, **options)
+
+
+ARM_FAMILY = ArmFamily(
+    tasks=("image",),
+    is_arm=lambda name: name in ARMS,
+    names=lambda: list(ARMS),
+    env_options=_family_env_options,
+    backend=_family_backend,
+    policy=make_arm_policy,
+)
+"""The baseline arms of the image tool loop."""

@@ -4,18 +4,23 @@ A policy is any object with ``reset(first_observation, task)`` and ``act(observa
 returning reply text, a ``Reply`` or a typed action; ``act_batch(observations)`` is optional.
 A policy never sees ground truth: ``Task`` carries only what a counting subject may know.
 Scripted reference policies that need the truth (``oracle``, ``noisy-pointer``) declare
-``uses_truth = True`` and the runner hands them the points explicitly via ``give_truth``.
+``uses_truth = True`` and the runner hands them the points explicitly via
+``give_truth(points, n)`` (``points`` is None on a count-only stimulus); one that cannot work
+without points also declares ``needs_points = True`` and a count-only dataset is refused before
+the first episode.
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from countgym.errors import UserError
 from countgym.task import Task
 
-__all__ = ["Policy", "Task", "load_policy"]
+__all__ = ["ArmFamily", "Policy", "Task", "policy_class"]
 
 
 @runtime_checkable
@@ -27,15 +32,36 @@ class Policy(Protocol):
     def act(self, observation: dict[str, Any]) -> Any: ...
 
 
-def load_policy(spec: str, **kwargs: Any) -> Any:
-    """Instantiate a policy from a built-in name or ``package.module:ClassName``."""
-    from countgym.agents.registry import BUILTIN_POLICIES
+@dataclass(frozen=True)
+class ArmFamily:
+    """A family of built-in model arms, declared by its own module and listed in the registry.
 
-    if spec in BUILTIN_POLICIES:
-        return BUILTIN_POLICIES[spec](**kwargs)
-    if ":" not in spec:
-        names = ", ".join(sorted(BUILTIN_POLICIES))
-        raise UserError(f"unknown agent {spec!r}: use one of {names} or package.module:ClassName")
+    The runner, sweeps and the CLI treat every family alike through these callables; nothing
+    outside the family's module knows its arm names or options.
+    """
+
+    tasks: tuple[str, ...]
+    """The tasks (``countgym.registration.TASKS`` keys) its arms run on."""
+    is_arm: Callable[[str], bool]
+    """True for this family's arm names."""
+    names: Callable[[], list[str]]
+    """The arm names shown in error messages."""
+    env_options: Callable[..., dict[str, Any]]
+    """``(arm, *, tools=None, budget=None, **ablations)`` -> the arm's environment options
+    (``UserError`` on an ablation that does not apply)."""
+    backend: Callable[..., Any]
+    """``(arm, model, **options)`` -> the ``ChatModel`` a cell's episodes share."""
+    policy: Callable[[str, Any], Any]
+    """``(arm, backend)`` -> a fresh policy for one episode."""
+    check_name: Callable[[str], None] | None = None
+    """Raises a ``UserError`` explaining a near-miss name of this family (else returns)."""
+    audit_hooks: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    """Keyword arguments the audit of this family's task takes (``write_audit_files``), e.g.
+    the CounterCount ``judge_backend``."""
+
+
+def policy_class(spec: str) -> Any:
+    """The class (or factory) named by ``package.module:ClassName``, not yet instantiated."""
     module_name, _, attr = spec.partition(":")
     try:
         module = importlib.import_module(module_name)
@@ -44,12 +70,4 @@ def load_policy(spec: str, **kwargs: Any) -> Any:
     cls = getattr(module, attr, None)
     if cls is None:
         raise UserError(f"module {module_name!r} has no attribute {attr!r}")
-    try:
-        policy = cls(**kwargs)
-    except TypeError as e:
-        raise UserError(f"cannot construct agent {spec!r}: {e}") from None
-    if not (hasattr(policy, "reset") and hasattr(policy, "act")):
-        raise UserError(
-            f"agent {spec!r} has no reset(first_observation, task) and act(observation)"
-        )
-    return policy
+    return cls

@@ -7,12 +7,12 @@ An arm name is a question format plus any interventions, joined by ``+``::
     cf-mcq+blur            blur outside the attribute box (radius 48, feathering 4)
     cf-mcq+cue             the cue instruction before the question
     cf-mcq+generic         generic subject name ("animal", "object", ...)
-    cf-mcq+think           thinking mode on (backend option; 16,384-token budget)
+    cf-mcq+think           thinking mode on (backend options: sampled, 16,384-token budget)
     cf-mcq+attn            attention modulation on the Mask-BB tokens (local models only)
 
 Interventions combine (``cf-oe+blur+cue``). Environment options go to ``CounterCountEnv``;
-backend options to the model backend (reasoning off and 128 output tokens unless thinking,
-as in the paper's Section 3).
+backend options to the model backend (``CFArm.backend_options``: reasoning disabled, greedy,
+128 output tokens; with ``+think`` thinking on, sampling with the model's defaults, 16,384).
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from countgym.agents.backends.base import ChatModel, image_part, make_backend, message, text_part
+from countgym.agents.backends.base import ChatModel, image_part, message, text_part
+from countgym.agents.backends.factory import make_backend
+from countgym.agents.base import ArmFamily
 from countgym.envs.actions import Reply
 from countgym.errors import UserError
 
@@ -60,11 +62,21 @@ class CFArm:
         }
 
     def backend_options(self, model: str) -> dict[str, Any]:
-        """Backend options for a model id: thinking flag and output cap."""
+        """Backend options for a model id, as the paper decodes.
+
+        Baseline (Section 3.1): reasoning disabled, 128 output tokens, greedy (temperature 0 for
+        API models). Thinking mode (Section 4.1.4, App. C.7): thinking on through the chat
+        template, 16,384 tokens, sampling with each model's default generation parameters (the
+        checkpoint's generation config locally; no temperature sent to an API).
+        """
         thinking = "think" in self.interventions
         cap = MAX_TOKENS_THINKING if thinking else MAX_TOKENS
-        local = model.startswith(("hf:", "local:"))
-        return {"thinking": thinking, ("max_new_tokens" if local else "max_tokens"): cap}
+        if model.startswith(("hf:", "local:")):
+            return {"thinking": thinking, "max_new_tokens": cap,
+                    "decoding": "sample" if thinking else "greedy"}
+        if thinking:
+            return {"reasoning": "on", "temperature": None, "max_tokens": cap}
+        return {"reasoning": "off", "temperature": 0.0, "max_tokens": cap}
 
 
 def parse_cf_arm(name: str) -> CFArm:
@@ -155,3 +167,44 @@ def make_cf_policy(arm: str | CFArm, model: ChatModel | str, **backend_options: 
     if not isinstance(arm, CFArm):
         parse_cf_arm(arm)  # validates the name
     return CFPolicy(model, **backend_options)
+
+
+# --- the family, as the registry lists it ----------------------------------------------------------
+def _family_env_options(
+    arm: str, *, tools: Any = None, budget: int | None = None, **ablations: Any
+) -> dict[str, Any]:
+    ablations.pop("thinking", None)  # part of the arm name (+think)
+    bad = set(ablations) - {"blur_radius", "feather", "attention"}
+    if bad or tools is not None or budget is not None:
+        raise UserError(
+            f"CounterCount arm {arm!r} takes only blur_radius, feather, attention; got {sorted(bad) or 'tools/budget'}"
+        )
+    return parse_cf_arm(arm).env_options(**{k: v for k, v in ablations.items() if v is not None})
+
+
+def _check_name(name: str) -> None:
+    if name.startswith("cf-"):
+        parse_cf_arm(name)  # raises a UserError naming the valid format and interventions
+
+
+def baseline_judge(model: str, api_base: str | None) -> Any:
+    """The CounterCount judge of *CounterCount* Section 3: the run's own model in its baseline
+    configuration (the baseline arm's decoding, the run's endpoint). An API judge retries
+    briefly, so an endpoint that is gone cannot stall an audit."""
+    options: dict[str, Any] = {"api_base": api_base} if api_base else {}
+    if not model.startswith(("hf:", "local:")):
+        options.update(max_attempts=2, max_total_wait_s=10.0, timeout_s=60.0)
+    return make_cf_backend("cf-mcq", model, **options)
+
+
+ARM_FAMILY = ArmFamily(
+    tasks=("countercount",),
+    is_arm=is_cf_arm,
+    names=lambda: ["cf-mcq[+...]", "cf-oe[+...]"],
+    env_options=_family_env_options,
+    backend=make_cf_backend,
+    policy=lambda arm, backend: CFPolicy(backend),
+    check_name=_check_name,
+    audit_hooks={"judge_backend": baseline_judge},
+)
+"""The CounterCount arms (format plus interventions)."""

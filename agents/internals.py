@@ -506,17 +506,21 @@ def sweep_modulation(
     CF items of ``dataset``: the per-model selection of App. C.8.3. Returns a DataFrame."""
     import pandas as pd
 
-    from countgym.agents.cf_arm import CFPolicy
+    from countgym.agents.backends.base import image_part, message, text_part
     from countgym.envs.cf_env import CounterCountEnv
 
     env = CounterCountEnv(dataset, stimulus_ids=stimulus_ids, kind="cf", question=question, expose_region=True)  # type: ignore[arg-type]
     rows = []
     for cfg in (None, *configs):
-        policy = CFPolicy(backend if cfg is None else AttentionModulatedBackend(backend, cfg))
+        model = backend if cfg is None else AttentionModulatedBackend(backend, cfg)
         outcomes = []
         for sid in env._pool:
             obs, _ = env.reset(options={"stimulus_id": sid})
-            *_, info = env.step(policy.act(obs))
+            # The CounterCount arm's request; the region travels only to the modulated backend.
+            parts = [image_part(obs["image"]), text_part(str(obs["text"]))]
+            if cfg is not None:
+                parts.append({"type": "region", "mask": obs["region"]})
+            *_, info = env.step(model.complete([message("user", *parts)]))
             outcomes.append(info["outcome"])
         n = len(outcomes)
         rows.append({

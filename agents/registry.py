@@ -1,14 +1,21 @@
-"""Built-in policies by name: scripted policies and the model-backed baseline arms.
+"""Built-in policies by name, and the bridge from a cell's agent to its environment options.
 
-``cell_env_options`` gives the environment options of an agent with ablations applied, and
-``policy_factory`` the per-episode policy constructor of a cell (one shared backend per cell).
+Scripted policies live here by name; model arms come in families (``ArmFamily``) that their
+own modules declare and ``countgym.registration.ARM_FAMILIES`` lists. Every agent says which
+tasks it runs on: a family's ``tasks``, or a policy class's ``tasks`` attribute (a plug-in
+without one runs on any task). ``cell_env_options`` gives the environment options of an agent
+on an environment with ablations applied, and ``policy_factory`` the per-episode policy
+constructor of a cell (one shared backend per cell).
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
+from functools import cache
 from typing import Any
 
+from countgym.agents.base import ArmFamily, policy_class
 from countgym.agents.scripted import BlobCounter, NoisyPointer, Oracle
 from countgym.errors import UserError
 
@@ -22,71 +29,132 @@ SCRIPTED = frozenset(BUILTIN_POLICIES)
 ENV_ONLY = ("reward", "tool_cost")
 
 
-def model_arms() -> dict[str, Any]:
-    """The baseline arms of the image study (they need a model)."""
-    from countgym.agents.arms import ARMS
+@cache
+def arm_families() -> tuple[ArmFamily, ...]:
+    """The registered families of model arms."""
+    from countgym.registration import ARM_FAMILIES
 
-    return ARMS
+    out = []
+    for entry in ARM_FAMILIES:
+        module, _, attr = entry.partition(":")
+        out.append(getattr(importlib.import_module(module), attr))
+    return tuple(out)
+
+
+def family_of(agent: str) -> ArmFamily | None:
+    """The family of a built-in model arm, or None for any other agent."""
+    return next((f for f in arm_families() if f.is_arm(agent)), None)
+
+
+def model_arms() -> list[str]:
+    """The names of every built-in model arm (for messages)."""
+    return [n for f in arm_families() for n in f.names()]
 
 
 def is_model_arm(agent: str) -> bool:
     """True for the built-in arms that call a model (direct, cot, list, tag, ..., cf-mcq, ...)."""
-    from countgym.agents.cf_arm import is_cf_arm
-    from countgym.agents.video_arm import is_video_arm
+    return family_of(agent) is not None
 
-    return agent in model_arms() or is_cf_arm(agent) or is_video_arm(agent)
+
+def check_agent_name(agent: str) -> None:
+    """Unknown built-in names fail here with the list of valid ones (plug-ins are checked on load)."""
+    if ":" in agent or agent in BUILTIN_POLICIES or is_model_arm(agent):
+        return
+    for fam in arm_families():
+        if fam.check_name is not None:
+            fam.check_name(agent)
+    names = sorted([*BUILTIN_POLICIES, *model_arms()])
+    raise UserError(f"unknown agent {agent!r}: use one of {', '.join(names)} or package.module:ClassName")
+
+
+def agent_tasks(agent: str) -> tuple[str, ...] | None:
+    """The tasks an agent runs on; None when it runs on any (a plug-in that does not say)."""
+    fam = family_of(agent)
+    if fam is not None:
+        return fam.tasks
+    cls = BUILTIN_POLICIES.get(agent) or (policy_class(agent) if ":" in agent else None)
+    tasks = getattr(cls, "tasks", None)
+    if tasks is None:
+        return None
+    return (tasks,) if isinstance(tasks, str) else tuple(tasks)
+
+
+def runs_on(agent: str, task: str) -> bool:
+    """True when ``agent`` runs on ``task``."""
+    tasks = agent_tasks(agent)
+    return tasks is None or task in tasks
+
+
+def check_agent_task(agent: str, task: str, env_id: str) -> None:
+    """A ``UserError`` (one line, before any episode) when ``agent`` does not run on ``task``."""
+    if runs_on(agent, task):
+        return
+    tasks = agent_tasks(agent) or ()
+    fits = sorted(n for f in arm_families() if task in f.tasks for n in f.names())
+    fits += sorted(n for n, c in BUILTIN_POLICIES.items() if task in (getattr(c, "tasks", None) or (task,)))
+    raise UserError(
+        f"agent {agent!r} runs on the {'/'.join(tasks)} task, but {env_id} is the {task} task: "
+        f"use one of {', '.join(fits) or 'your own policy'} or package.module:ClassName there"
+    )
+
+
+def base_env_options(agent: str) -> dict[str, Any]:
+    """The environment options a built-in arm needs before any override ({} for other agents)."""
+    fam = family_of(agent)
+    return fam.env_options(agent) if fam is not None else {}
 
 
 def cell_env_options(
-    agent: str, *, tools: list[str] | None = None, budget: int | None = None, **ablations: Any
+    agent: str,
+    env_cls: type | None = None,
+    *,
+    tools: list[str] | None = None,
+    budget: int | None = None,
+    **ablations: Any,
 ) -> dict[str, Any]:
-    """Environment options of ``agent`` with ablations (verify, numbered, order, perturb,
-    extra_tools, thinking, reward, tool_cost) and explicit tools/budget applied."""
+    """Environment options of ``agent`` with ablations and explicit tools/budget applied: the
+    arm family's own options for a built-in model arm, else the environment class's
+    ``cell_options`` (``env_cls``; the image tool loop's when None, as before tasks existed)."""
     env_only = {k: ablations.pop(k) for k in ENV_ONLY if k in ablations}
-    from countgym.agents.cf_arm import is_cf_arm, parse_cf_arm
-
-    if is_cf_arm(agent):
-        ablations.pop("thinking", None)  # part of the arm name (+think)
-        bad = set(ablations) - {"blur_radius", "feather", "attention"}
-        if bad or tools is not None or budget is not None:
-            raise UserError(f"CounterCount arm {agent!r} takes only blur_radius, feather, attention; got {sorted(bad) or 'tools/budget'}")
-        opts = parse_cf_arm(agent).env_options(**{k: v for k, v in ablations.items() if v is not None})
-        opts.update(env_only)
-        return opts
-    from countgym.agents.video_arm import is_video_arm, video_env_options
-
-    if is_video_arm(agent):
-        if ablations or tools is not None or budget is not None:
-            raise UserError(f"video arm {agent!r} takes no ablations (choose the prompt by arm: video-p1/p2/p3)")
-        return {**video_env_options(agent), **env_only}
-    if is_model_arm(agent):
-        from countgym.agents.arms import arm_env_options
-
-        try:
-            opts = arm_env_options(agent, budget=budget, **ablations)
-        except TypeError as e:
-            raise UserError(f"invalid ablation for arm {agent!r}: {e}") from None
-        opts["tools"] = list(opts["tools"])
+    fam = family_of(agent)
+    if fam is not None:
+        opts = fam.env_options(agent, tools=tools, budget=budget, **ablations)
     else:
-        ablations.pop("thinking", None)
-        extra = ablations.pop("extra_tools", ())
-        unknown = set(ablations) - {
-            "verify",
-            "numbered",
-            "order",
-            "perturb",
-            "one_point_per_call",
-            "prompt",
-        }
-        if unknown:
-            raise UserError(f"unknown option(s) {sorted(unknown)} for agent {agent!r}")
-        opts = {"tools": ["tag", *extra], **{k: v for k, v in ablations.items() if v is not None}}
-        if budget is not None:
-            opts["budget"] = budget
-    if tools is not None:
-        opts["tools"] = list(tools)
+        if env_cls is None:
+            from countgym.registration import TASKS
+            from countgym.tasks import env_class
+
+            env_cls = env_class(list(TASKS.values())[-1].default_env)
+        opts = env_cls.cell_options(tools=tools, budget=budget, **ablations)  # type: ignore[attr-defined]
     opts.update(env_only)
     return opts
+
+
+def audit_hooks() -> dict[str, Any]:
+    """The audit's task-specific keyword arguments, from every arm family that has some."""
+    hooks: dict[str, Any] = {}
+    for fam in arm_families():
+        hooks.update(fam.audit_hooks)
+    return hooks
+
+
+def load_policy(spec: str, **kwargs: Any) -> Any:
+    """Instantiate a policy from a built-in name or ``package.module:ClassName``."""
+    if spec in BUILTIN_POLICIES:
+        return BUILTIN_POLICIES[spec](**kwargs)
+    if ":" not in spec:
+        names = ", ".join(sorted(BUILTIN_POLICIES))
+        raise UserError(f"unknown agent {spec!r}: use one of {names} or package.module:ClassName")
+    cls = policy_class(spec)
+    try:
+        policy = cls(**kwargs)
+    except TypeError as e:
+        raise UserError(f"cannot construct agent {spec!r}: {e}") from None
+    if not (hasattr(policy, "reset") and hasattr(policy, "act")):
+        raise UserError(
+            f"agent {spec!r} has no reset(first_observation, task) and act(observation)"
+        )
+    return policy
 
 
 def policy_factory(
@@ -99,45 +167,23 @@ def policy_factory(
     A local model run with ``concurrency > 1`` gets a ``BatchingBackend``, so the concurrent
     episodes' turns are generated as batches.
     """
-    from countgym.agents.base import load_policy
-
     options = dict(options or {})
-    if is_model_arm(agent):
+    fam = family_of(agent)
+    if fam is not None:
         if not model:
             raise UserError(
                 f"arm {agent!r} calls a model: pass --model (e.g. openai/gpt-4o-mini or hf:/path)"
             )
-        from countgym.agents.arms import make_arm_policy
-        from countgym.agents.backends import make_backend
-        from countgym.agents.cf_arm import CFPolicy, is_cf_arm, make_cf_backend
-
         try:
-            if is_cf_arm(agent):
-                backend = make_cf_backend(agent, model, **options)
-            else:
-                backend = make_backend(model, **options)
+            backend = fam.backend(agent, model, **options)
         except TypeError as e:
             raise UserError(f"invalid backend option for {model!r}: {e}") from None
         provider = _provider_params(backend)
-        from countgym.agents.video_arm import VideoDirect, is_video_arm
-
-        if is_video_arm(agent):
-            if concurrency > 1 and model.startswith(("hf:", "local:")):
-                from countgym.agents.backends.batching import BatchingBackend
-
-                backend = BatchingBackend(backend, max_batch=concurrency)
-            return _with_provider(lambda: VideoDirect(backend), provider)
-        if is_cf_arm(agent):
-            if concurrency > 1 and model.startswith(("hf:", "local:")):
-                from countgym.agents.backends.batching import BatchingBackend
-
-                backend = BatchingBackend(backend, max_batch=concurrency)
-            return _with_provider(lambda: CFPolicy(backend), provider)
         if concurrency > 1 and model.startswith(("hf:", "local:")):
             from countgym.agents.backends.batching import BatchingBackend
 
             backend = BatchingBackend(backend, max_batch=concurrency)
-        return _with_provider(lambda: make_arm_policy(agent, backend), provider)
+        return _with_provider(lambda: fam.policy(agent, backend), provider)
     load_policy(agent, **options)  # fail fast on a bad spec or option
     return lambda: load_policy(agent, **options)
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from countgym.agents.base import Task
 from countgym.agents.blobs import detect_blobs
-from countgym.envs.actions import Answer, Tag
+from countgym.envs.actions import Answer, Reply, Tag
 from countgym.matching import tau_for
 
 MAX_POINTS_PER_CALL = 100
@@ -23,6 +23,8 @@ class _TagThenAnswer:
     """Shared loop: tag a list of normalised points (100 per call), then answer a count."""
 
     name = "scripted"
+    tasks = ("image",)
+    """The tasks these policies run on: they answer by tagging points on an image."""
 
     def __init__(self) -> None:
         self.task: Task | None = None
@@ -57,21 +59,41 @@ class _TagThenAnswer:
 
 
 class Oracle(_TagThenAnswer):
-    """Tags every ground-truth point and answers the true count; the audit must score it perfectly."""
+    """Tags every ground-truth point and answers the true count; the audit must score it perfectly.
+
+    On a count-only stimulus (no points, e.g. PixMo-Count) it cannot point: it answers the true
+    count without tagging and says so in its reply.
+    """
 
     name = "oracle"
     uses_truth = True
 
     def __init__(self) -> None:
         super().__init__()
-        self._truth: list[tuple[float, float]] = []
+        self._truth: list[tuple[float, float]] | None = None
+        self._n: int | None = None
 
-    def give_truth(self, points_norm: list[tuple[float, float]], n: int) -> None:
-        """Receive the ground truth in the normalised frame (called by the runner)."""
-        self._truth, self._n = list(points_norm), n
+    def give_truth(self, points_norm: list[tuple[float, float]] | None, n: int) -> None:
+        """Receive the ground truth in the normalised frame (called by the runner);
+        ``points_norm`` is None when the stimulus has a count but no points."""
+        self._truth = None if points_norm is None else list(points_norm)
+        self._n = n
+
+    def reset(self, first_observation: dict[str, Any], task: Task) -> None:
+        if self._n is None:
+            raise RuntimeError(f"{self.name} needs the ground truth: call give_truth(points, n) before reset")
+        super().reset(first_observation, task)
+
+    def act(self, observation: dict[str, Any]) -> Any:
+        action = super().act(observation)
+        if self._truth is None and isinstance(action, Answer):
+            text = "This image has no ground-truth points, so I cannot point; the true count is given."
+            return Reply(text=f"{text} {action.model_dump_json()}", action=action)
+        return action
 
     def _plan(self, obs: dict[str, Any], task: Task) -> tuple[list[tuple[float, float]], int]:
-        return self._truth, self._n
+        assert self._n is not None
+        return list(self._truth or []), self._n
 
 
 class NoisyPointer(Oracle):
@@ -84,6 +106,8 @@ class NoisyPointer(Oracle):
     """
 
     name = "noisy-pointer"
+    needs_points = True
+    """Its injected errors are point errors: a count-only dataset is refused before any episode."""
 
     def __init__(
         self,
@@ -114,6 +138,8 @@ class NoisyPointer(Oracle):
         self.rng = np.random.default_rng(seed)
 
     def _plan(self, obs: dict[str, Any], task: Task) -> tuple[list[tuple[float, float]], int]:
+        if self._truth is None:
+            raise RuntimeError("noisy-pointer needs ground-truth points; this stimulus has a count only")
         rng = self.rng
         truth = np.asarray(self._truth, dtype=float).reshape(-1, 2)
         w, h = task.image_size

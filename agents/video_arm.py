@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from countgym.agents.base import ArmFamily
 from countgym.envs.actions import Reply
 
 
@@ -60,9 +61,7 @@ class VideoDirect:
         **backend_options: Any,
     ) -> None:
         if isinstance(model, str):
-            from countgym.agents.backends.base import make_backend
-
-            model = make_backend(model, **backend_options)
+            model = make_video_backend(model, **backend_options)
         self.model = model
         self.frame_labels = frame_labels
         self.system = system
@@ -97,6 +96,56 @@ def is_video_arm(name: str) -> bool:
     return name in VIDEO_ARMS
 
 
+MAX_TOKENS = 1024
+"""Decoding budget for every model, API models included (CountVideoBench, Section 5.1)."""
+
+
+def video_backend_options(model: str) -> dict[str, Any]:
+    """Backend options of the video arms: ``max_tokens=1024`` for every model (Section 5.1).
+
+    The paper states no other decoding parameter. Local models decode greedily; API models get
+    temperature 0 and no reasoning parameter (the provider's own reasoning setting), so the only
+    stated budget is the one sent.
+    """
+    if model.startswith(("hf:", "local:")):
+        return {"max_new_tokens": MAX_TOKENS}
+    return {"max_tokens": MAX_TOKENS, "reasoning": "default"}
+
+
+def make_video_backend(model: str, **backend_options: Any) -> Any:
+    """The backend a video arm runs on: the arm's options, explicit ones overriding them."""
+    from countgym.agents.backends.factory import make_backend
+
+    return make_backend(model, **{**video_backend_options(model), **backend_options})
+
+
 def video_env_options(name: str) -> dict[str, Any]:
     """The ``CountVideoEnv`` options of a video arm."""
     return {"prompt": VIDEO_ARMS[name]}
+
+
+def _family_env_options(
+    arm: str, *, tools: Any = None, budget: int | None = None, **ablations: Any
+) -> dict[str, Any]:
+    ablations = {k: v for k, v in ablations.items() if v is not None}
+    ablations.pop("thinking", None)
+    if ablations or tools is not None or budget is not None:
+        from countgym.errors import UserError
+
+        raise UserError(f"video arm {arm!r} takes no ablations (choose the prompt by arm: video-p1/p2/p3)")
+    return video_env_options(arm)
+
+
+def _family_backend(arm: str, model: str, **options: Any) -> Any:
+    return make_video_backend(model, **options)
+
+
+ARM_FAMILY = ArmFamily(
+    tasks=("video",),
+    is_arm=is_video_arm,
+    names=lambda: sorted(VIDEO_ARMS),
+    env_options=_family_env_options,
+    backend=_family_backend,
+    policy=lambda arm, backend: VideoDirect(backend),
+)
+"""The CountVideoBench arms (one call per video; the prompt by arm name)."""

@@ -26,6 +26,9 @@ _EXPORTS: dict[str, str] = {
     "paired_deltas": "cf",
     "judge_ambiguous": "cf",
     "write_cf_report": "cf",
+    # model-assisted extraction (CountVideoBench parser, CounterCount judge)
+    "resolve_answers": "extraction",
+    "Resolution": "extraction",
     # metrics
     "exact_match": "metrics",
     "within_10": "metrics",

@@ -1,27 +1,42 @@
-"""Arm identity: which episodes ran the same arm, and a readable label for each arm variant.
+"""Arm identity: which episodes ran the same arm, and a label that names each arm's cell.
 
-A log record names its arm (``arm.name``, e.g. ``tag``) and carries the arm's full option
-dictionary (environment options and policy options). Two cells of the same arm that differ in
-an option (``order=reverse``, ``perturb=remove``, ``omission=0.3``) are different arms for the
-analysis: summarising them together would average an ablation into its baseline.
+A log record names its arm (``arm.name``, e.g. ``tag``), carries the arm's full option
+dictionary (environment options and policy options) and, in logs written since the field
+exists, the options of the arm's reference cell (``arm.defaults``): a built-in arm's own
+defaults, a plug-in's environment defaults. Two cells of one arm name that differ in an option
+(``order=reverse``, ``budget=3``, ``omission=0.3``) are different arms for the analysis:
+summarising them together would average an ablation into its baseline.
 
-``arm_labels`` names every arm variant by the ablations it switches on (``order``,
-``perturb``, ``verify=False``, ``numbered=False``) and the other options in which it departs
-from its arm name's reference variant (fewest ablations, then the most episodes): ``tag``,
-``tag[order=reverse]``, ``noisy-pointer[omission=0.3]`` (parts joined by ``;``, then a count
-of the reference's options the variant leaves unset). A lone variant without ablations keeps
-the bare arm name. ``options_key`` is the exact identity used for pairing
-(optionally ignoring some keys, e.g. ``order`` to pair the two order arms).
+``arm_labels`` names every cell against its reference, never against the other cells of a
+run: plain ``tag`` means exactly the ``tag`` arm's defaults, ``tag[tools=tag+grid+answer;
+budget=3]`` is tag with the grid tool at T = 3, whatever else the run holds. A label lists
+``key=value`` for every environment option that departs from the reference (in
+``OPTION_COLUMNS`` order), then policy options (keys the reference does not have, such as
+``thinking`` or ``omission``) whose value is not the same in every cell of the arm name. Tool lists are spelled as the environment
+logs them (``tag+grid+answer``). Logs without ``arm.defaults`` fall back on the built-in arms'
+documented defaults (``BUILTIN_REFERENCES``) and the environments' defaults (``ENV_DEFAULTS``).
+``options_key`` is the exact identity used for pairing (optionally ignoring some keys, e.g.
+``order`` to pair the two order arms).
 """
 
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from countgym.logs import EpisodeRecord
+
+OPTION_COLUMNS: tuple[str, ...] = (
+    "tools", "budget", "verify", "numbered", "one_point_per_call", "order", "perturb", "prompt",
+    "thinking", "question", "cue", "generic", "blur", "blur_radius", "feather", "attention",
+    "kind", "max_side", "reward", "tool_cost", "protocol",
+)  # fmt: skip
+"""Options that can vary between cells, one column each in ``episodes.csv`` and
+``summary.csv``: the image tool loop's (tools ... prompt), CounterCount's (question, cue,
+generic, blur, blur_radius, feather, thinking, attention, kind), the video task's (prompt,
+max_side), the reward, and the image loop's tool protocol (empty: the paper's JSON protocol;
+``native``: native tool calls)."""
 
 ABLATION_DEFAULTS: dict[str, Any] = {
     "order": None,
@@ -29,8 +44,39 @@ ABLATION_DEFAULTS: dict[str, Any] = {
     "verify": True,
     "numbered": True,
 }
-"""Environment ablations and their neutral values; a reference arm variant has them all neutral."""
+"""Image-loop ablations and their neutral values."""
 
+TOOL_ORDER: tuple[str, ...] = ("tag", "crop", "erase", "grid", "answer")
+"""The environment's tool order (``answer`` is always enabled)."""
+
+ENV_DEFAULTS: dict[str, dict[str, Any]] = {
+    "image": {
+        "tools": ["tag", "answer"], "budget": 6, "verify": True, "numbered": True,
+        "one_point_per_call": False, "order": None, "perturb": None, "prompt": "tools",
+        "reward": "exact", "tool_cost": 0.0,
+    },
+    "countercount": {"blur_radius": 48.0, "feather": 4.0, "kind": None, "reward": "exact"},
+    "video": {"reward": "exact"},
+}  # fmt: skip
+"""Environment defaults as logged, per task, for logs without ``arm.defaults``. The
+CounterCount and video arms name their other options (question, interventions, prompt)."""
+
+BUILTIN_REFERENCES: dict[str, dict[str, Any]] = {
+    "direct": {"tools": ["answer"], "budget": 1, "verify": False, "prompt": "direct"},
+    "cot": {"tools": ["answer"], "budget": 1, "verify": False, "prompt": "cot"},
+    "list": {"tools": ["tag", "answer"], "budget": 2, "verify": False, "prompt": "list"},
+    "tag": {"tools": ["tag", "answer"], "budget": 6, "verify": True, "prompt": "tools"},
+    "tag+crop": {"tools": ["tag", "crop", "answer"], "budget": 6, "verify": True, "prompt": "tools"},
+    "full": {"tools": list(TOOL_ORDER), "budget": 6, "verify": True, "prompt": "tools"},
+    "tiles": {"tools": ["tag", "answer"], "budget": 2, "verify": False, "prompt": "tiles"},
+    "tag-1": {
+        "tools": ["tag", "answer"], "budget": 80, "verify": True, "prompt": "tools",
+        "one_point_per_call": True,
+    },
+}  # fmt: skip
+"""The built-in image arms' own options (*Give the Model a Finger*, Section 3 and Appendix B),
+over ``ENV_DEFAULTS["image"]``; used only for logs that predate ``arm.defaults`` (a test keeps
+this table equal to the arms the runner builds)."""
 
 PROVENANCE_KEYS = frozenset({
     "provider", "api_base", "api_key", "timeout_s", "max_attempts", "max_total_wait_s",
@@ -40,14 +86,44 @@ PROVENANCE_KEYS = frozenset({
 """Options that record where and how a model was called, not what the arm did (the model is
 its own column); they never make two runs different arms."""
 
+MAX_SUFFIX = 120
+"""Longer variant suffixes are cut (the option columns always carry the full values)."""
 
-def _neutral(options: Mapping[str, Any], key: str) -> Any:
-    """The value of an ablation key that counts as 'off' for a run: single-call arms (``prompt``
-    direct, cot, list, tiles) never show the verification prompt, so no verification is their
-    default, not an ablation. Read from the log, so analysis needs no agent code."""
-    if key == "verify" and options.get("prompt", "tools") != "tools":
-        return False
-    return ABLATION_DEFAULTS[key]
+
+def task_name(record: EpisodeRecord) -> str:
+    """The task an episode ran (``image`` unless its environment says otherwise)."""
+    return str(record.env_options.get("task", record.arm.options.get("task", "image")))
+
+
+def canonical_tools(tools: Any) -> list[str]:
+    """A tool list as the environment enables and logs it (``answer`` always on)."""
+    names = tools.replace(",", " ").split() if isinstance(tools, str) else list(tools)
+    return [t for t in TOOL_ORDER if t in names or t == "answer"] + [
+        t for t in names if t not in TOOL_ORDER
+    ]
+
+
+def _normalised(options: Mapping[str, Any], task: str) -> dict[str, Any]:
+    out = dict(options)
+    if task == "image" and isinstance(out.get("tools"), list | tuple | str):
+        out["tools"] = canonical_tools(out["tools"])
+    return out
+
+
+def reference_options(record: EpisodeRecord) -> dict[str, Any]:
+    """The options of the record's reference cell: ``arm.defaults`` when logged, else the
+    built-in arm's documented defaults over its environment's defaults."""
+    task = task_name(record)
+    if record.arm.defaults is not None:
+        return _normalised(record.arm.defaults, task)
+    ref = dict(ENV_DEFAULTS.get(task, {}))
+    if task == "image":
+        ref.update(BUILTIN_REFERENCES.get(record.arm.name, {}))
+    else:
+        # The arm's name fixes the rest (question format, interventions, prompt).
+        env = record.env_options or record.arm.options
+        ref = {**{k: v for k, v in env.items() if k not in ref}, **ref}
+    return _normalised(ref, task)
 
 
 def _canonical(options: Mapping[str, Any], ignore: Iterable[str] = ()) -> str:
@@ -61,73 +137,92 @@ def options_key(record: EpisodeRecord, ignore: Iterable[str] = ()) -> str:
     return f"{record.arm.name}|{_canonical(record.arm.options, ignore)}"
 
 
-def _ablations_on(options: Mapping[str, Any]) -> int:
-    return sum(1 for k in ABLATION_DEFAULTS if options.get(k, _neutral(options, k)) != _neutral(options, k))
-
-
-def _format_value(v: Any) -> str:
+def format_option(v: Any) -> str:
+    """An option value as labels and tables spell it (lists joined by ``+``)."""
     if isinstance(v, list | tuple):
         return "+".join(str(x) for x in v)
-    if isinstance(v, float) and v.is_integer():
-        return str(v)
     return str(v)
 
 
-MAX_SUFFIX = 48
-"""Longer variant suffixes are cut (labels are for reading; ``options_key`` is the identity)."""
+def _option_order(key: str) -> tuple[int, str]:
+    return (OPTION_COLUMNS.index(key), key) if key in OPTION_COLUMNS else (len(OPTION_COLUMNS), key)
 
 
-def _variant_suffix(options: Mapping[str, Any], reference: Mapping[str, Any]) -> str:
-    """The ablations switched on (always named), then ``key=value`` for other options that
-    differ from the reference, then how many of the reference's options this variant leaves
-    unset; joined by ``;``."""
-    parts = [
-        f"{k}={_format_value(options[k])}"
-        for k in ABLATION_DEFAULTS
-        if k in options and options[k] != _neutral(options, k)
-    ]
+def _variant_suffix(
+    options: Mapping[str, Any], reference: Mapping[str, Any], varying: frozenset[str]
+) -> str:
+    """``key=value`` for every option departing from the reference, then the policy options
+    that vary across the arm name's cells. An option the record does not log is not a
+    departure (older logs and hand-made records log fewer keys)."""
     missing = object()
-    parts += [
-        f"{k}={_format_value(options[k])}"
-        for k in sorted(options)
-        if k not in ABLATION_DEFAULTS and k not in PROVENANCE_KEYS and options[k] != reference.get(k, missing)
-    ]
-    dropped = sum(
-        1 for k in reference if k not in options and k not in ABLATION_DEFAULTS and k not in PROVENANCE_KEYS
-    )
-    if dropped:
-        parts.append(f"{dropped} option{'s' if dropped > 1 else ''} unset")
+    keys = sorted(
+        (
+            k for k in options
+            if k not in PROVENANCE_KEYS
+            and (options[k] != reference.get(k, missing) if k in reference else k in varying)
+        ),
+        key=_option_order,
+    )  # fmt: skip
+    parts = [f"{k}={format_option(options[k])}" for k in keys]
     text = ";".join(parts)
     return text if len(text) <= MAX_SUFFIX else text[: MAX_SUFFIX - 1] + "…"
 
 
 def arm_labels(records: Sequence[EpisodeRecord]) -> list[str]:
-    """One label per record: the arm name, plus ``[key=value,...]`` for non-reference variants.
+    """One label per record: the arm name, plus ``[key=value;...]`` for every option in which
+    its cell departs from the arm's reference (see the module docstring).
 
-    Labels depend only on the set of option dictionaries seen per arm name, not on record
-    order beyond tie-breaking by first appearance.
+    A cell's label depends on its own options and reference, and on which policy options vary
+    across the cells of its arm name; never on how many episodes each cell has.
     """
-    by_name: dict[str, dict[str, Mapping[str, Any]]] = {}
-    counts: Counter[str] = Counter()
+    cells: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {}
+    by_name: dict[str, list[str]] = {}
     for rec in records:
-        key = _canonical(rec.arm.options)
-        by_name.setdefault(rec.arm.name, {}).setdefault(key, rec.arm.options)
-        counts[f"{rec.arm.name}|{key}"] += 1
+        task = task_name(rec)
+        opts = _normalised(rec.arm.options, task)
+        ref = reference_options(rec)
+        key = f"{rec.arm.name}|{_canonical(opts)}|{_canonical(ref)}"
+        if key not in cells:
+            cells[key] = (rec.arm.name, opts, ref)
+            # One group per task: a policy run on several tasks is compared within each task
+            # (the tasks' options are not variants of each other).
+            by_name.setdefault(f"{rec.arm.name}|{task}", []).append(key)
 
     labels: dict[str, str] = {}
-    for name, variants in by_name.items():
-        first_seen = {k: i for i, k in enumerate(variants)}
-        ref_key = min(
-            variants,
-            key=lambda k: (_ablations_on(variants[k]), -counts[f"{name}|{k}"], first_seen[k]),
-        )
-        reference = variants[ref_key]
+    for group, keys in by_name.items():
+        name = group.rpartition("|")[0]
+        policy_keys = {
+            k for key in keys for k in cells[key][1] if k not in cells[key][2] and k not in PROVENANCE_KEYS
+        }
+        varying = frozenset(
+            k for k in policy_keys
+            if len({json.dumps(cells[key][1][k], default=str, sort_keys=True)
+                    if k in cells[key][1] else "<unset>" for key in keys}) > 1
+        )  # fmt: skip
         taken: set[str] = set()
-        for key, opts in variants.items():
-            suffix = _variant_suffix(opts, reference)
+        for key in keys:
+            _, opts, ref = cells[key]
+            suffix = _variant_suffix(opts, ref, varying)
             label = f"{name}[{suffix}]" if suffix else name
             while label in taken:
                 label += "'"
             taken.add(label)
-            labels[f"{name}|{key}"] = label
-    return [labels[f"{r.arm.name}|{_canonical(r.arm.options)}"] for r in records]
+            labels[key] = label
+    out = []
+    for rec in records:
+        task = task_name(rec)
+        opts = _normalised(rec.arm.options, task)
+        out.append(labels[f"{rec.arm.name}|{_canonical(opts)}|{_canonical(reference_options(rec))}"])
+    return out
+
+
+def option_values(record: EpisodeRecord) -> dict[str, Any]:
+    """The ``OPTION_COLUMNS`` values of one record (environment options over arm options;
+    lists spelled ``a+b``; None where the option does not apply or is off)."""
+    task = task_name(record)
+    merged = {**_normalised(record.arm.options, task), **_normalised(record.env_options, task)}
+    out: dict[str, Any] = {}
+    for k in OPTION_COLUMNS:
+        v = merged.get(k)
+        out[k] = format_option(v) if isinstance(v, list | tuple) else v
+    return out

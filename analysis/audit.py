@@ -32,7 +32,7 @@ from countgym.logs import EpisodeRecord
 from countgym.matching import match_tags, tau_for
 from countgym.stimulus import Dataset, Stimulus
 
-from .arms import arm_labels
+from .arms import OPTION_COLUMNS, arm_labels, option_values
 
 Resolver = Callable[[str], Dataset]
 
@@ -41,7 +41,7 @@ TAU_SCALES: tuple[float, ...] = (0.75, 1.5)
 
 AUDIT_LABELS: tuple[str, ...] = ("on_target", "duplicate", "phantom", "omission")
 
-META_KEYS: tuple[str, ...] = ("battery", "subset", "set", "arrangement", "factor")
+META_KEYS: tuple[str, ...] = ("battery", "subset", "set", "arrangement", "factor", "shape", "color")
 """Stimulus ``meta`` keys copied into the episodes table (NA when a stimulus lacks one)."""
 
 CONTRACT_COLUMNS: tuple[str, ...] = (
@@ -210,7 +210,7 @@ def _dedupe(records: Iterable[EpisodeRecord]) -> list[EpisodeRecord]:
 
 _BASE_EXTRA_COLUMNS = (
     "seed", "answered", "acc10", "signed_error", "revised", "n_steps", "audited", "image_w",
-    "image_h",
+    "image_h", "extracted_by",
 )  # fmt: skip
 
 
@@ -218,12 +218,23 @@ def _check_audit_args(tau_scales: Sequence[float], meta_keys: Sequence[str]) -> 
     for s in tau_scales:
         if not s > 0:
             raise ValueError(f"tau_scales must be positive, got {tuple(tau_scales)!r}")
-    taken = {*CONTRACT_COLUMNS, *_BASE_EXTRA_COLUMNS, *sensitivity_columns(tau_scales)}
+    taken = {*CONTRACT_COLUMNS, *_BASE_EXTRA_COLUMNS, *OPTION_COLUMNS, *sensitivity_columns(tau_scales)}
     clash = [k for k in meta_keys if k in taken]
     if clash or len(set(meta_keys)) != len(meta_keys):
         raise ValueError(
             f"meta_keys must be distinct and not name built-in columns, got {tuple(meta_keys)!r}"
         )
+
+
+def extracted_by(rec: EpisodeRecord) -> str | None:
+    """How a single-step episode's answer was read (``rule``, ``parser``, ``judge``, ``typed``,
+    ``none``); logs written before the field existed are derived from the episode's end. Null
+    for the image tool loop, whose answers are actions."""
+    if rec.extracted_by is not None:
+        return rec.extracted_by
+    if rec.env_options.get("task") not in ("video", "countercount") or rec.end == "error":
+        return None
+    return "rule" if rec.answer is not None else "none"
 
 
 def audit_episodes(
@@ -237,7 +248,9 @@ def audit_episodes(
     """One row per episode: counting metrics plus the point-level audit.
 
     Columns: ``CONTRACT_COLUMNS`` first, then ``seed, answered, acc10, signed_error, revised,
-    n_steps, audited, image_w, image_h``, the tau-sensitivity columns and ``meta_keys``.
+    n_steps, audited, image_w, image_h, extracted_by``, one column per option that can vary
+    between cells (``arms.OPTION_COLUMNS``: tools as ``tag+grid+answer``, budget, verify, ...,
+    empty where an option does not apply), the tau-sensitivity columns and ``meta_keys``.
     ``resolve`` maps a record's ``dataset`` to a ``Dataset`` (default
     ``countgym.scenes.resolve_dataset``); each dataset is resolved once. Duplicate episode ids
     are skipped with a warning. With ``label_arms`` (default) the ``arm`` column tells apart
@@ -250,7 +263,7 @@ def audit_episodes(
     cols: dict[str, list[Any]] = {
         c: []
         for c in (
-            *CONTRACT_COLUMNS, *_BASE_EXTRA_COLUMNS, *sens_cols, *meta_keys,
+            *CONTRACT_COLUMNS, *_BASE_EXTRA_COLUMNS, *OPTION_COLUMNS, *sens_cols, *meta_keys,
         )
     }  # fmt: skip
     # Ground truth in the tag frame and its tau, shared by every arm/repeat on one image.
@@ -345,6 +358,9 @@ def audit_episodes(
         c["audited"].append(audit is not None)
         c["image_w"].append(frame[0] if frame else None)
         c["image_h"].append(frame[1] if frame else None)
+        c["extracted_by"].append(extracted_by(rec))
+        for k, v in option_values(rec).items():
+            c[k].append(v)
         meta = stim.meta if stim is not None else {}
         for k in meta_keys:
             c[k].append(_meta_value(meta[k]) if k in meta else pd.NA)
@@ -399,7 +415,7 @@ def _to_frame(
             data[name] = pd.array(values, dtype=_DTYPES[name])
         elif name in sens_cols:
             data[name] = pd.array(values, dtype="Int64")
-        elif name in meta_keys:
+        elif name in meta_keys or name in OPTION_COLUMNS:
             data[name] = pd.Series(values, dtype=object).infer_objects()
         else:
             data[name] = values

@@ -8,9 +8,12 @@ Per model, over its items (truth, prediction or None):
 - prediction perplexity PP = 2^H(p), p the empirical distribution of the outputs with all
   non-answers forming one extra category;
 - local excess at k: N_k - max(L_k, R_k), local deficit at k: min(L_k, R_k) - N_k, with
-  L_k = max(N_{k-1}, N_{k-2}), R_k = max(N_{k+1}, N_{k+2}) and N_j = 0 for values never predicted;
-  evaluated at every integer k from the smallest to the largest predicted value, the largest of
-  each reported with its value (ties: the smallest k);
+  L_k = max(N_{k-1}, N_{k-2}), R_k = max(N_{k+1}, N_{k+2}) and N_j = 0 for values never predicted.
+  Signs as the paper's text gives them (Section 5.2): the excess is positive when k stands above
+  all four neighbours, the deficit positive only when k sits in a valley between two flanking
+  peaks. Both are evaluated "across each model's support", i.e. at the predicted values k only
+  (N_k > 0), never at a gap; the largest of each is reported with its value (ties: the smallest
+  k), and may be zero or negative (a histogram without a valley among its predicted values);
 - preferred values: the fewest most-predicted values that hold at least 80 % of the answers;
 - Top-3 share of a ground-truth distribution: the share of items whose truth is one of its three
   most frequent values.
@@ -117,17 +120,17 @@ def prediction_perplexity(y_pred: ArrayLike) -> float:
 
 
 def local_profile(y_pred: ArrayLike) -> pd.DataFrame:
-    """Per integer k from min to max predicted value: N_k, L_k, R_k, local excess and deficit."""
+    """Per predicted value k (the model's support, ascending): N_k, L_k, R_k, local excess and
+    deficit (neighbours never predicted count as N_j = 0)."""
     counts = prediction_counts(y_pred)
     if not counts:
         return pd.DataFrame(columns=["value", "count", "left", "right", "excess", "deficit"])
-    lo, hi = min(counts), max(counts)
 
     def n(j: int) -> int:
         return counts.get(j, 0)
 
     rows = []
-    for k in range(lo, hi + 1):
+    for k in counts:
         left, right = max(n(k - 1), n(k - 2)), max(n(k + 1), n(k + 2))
         rows.append(
             {
@@ -143,12 +146,12 @@ def local_profile(y_pred: ArrayLike) -> pd.DataFrame:
 
 
 def largest_local_excess(y_pred: ArrayLike) -> LocalExtreme | None:
-    """The largest N_k - max(L_k, R_k) over the support's span, with its value k."""
+    """The largest N_k - max(L_k, R_k) over the predicted values k, with its value."""
     return _largest(local_profile(y_pred), "excess")
 
 
 def largest_local_deficit(y_pred: ArrayLike) -> LocalExtreme | None:
-    """The largest min(L_k, R_k) - N_k over the support's span, with its value k."""
+    """The largest min(L_k, R_k) - N_k over the predicted values k, with its value."""
     return _largest(local_profile(y_pred), "deficit")
 
 
@@ -234,6 +237,44 @@ def bias_table(
             {by: "Oracle", **bias_scores(first[truth].to_numpy(), first[truth].to_numpy()).row()}
         )
     return pd.DataFrame(rows)
+
+
+SHAPES: tuple[str, ...] = ("cube", "sphere")
+COLORS: tuple[str, ...] = ("red", "green", "blue", "yellow", "purple")
+"""The ten object classes of CountVideoBench (Section 4.2): two shapes x five colours, in the
+column order of its Table 6."""
+
+
+def class_table(
+    df: pd.DataFrame,
+    *,
+    by: str = "model",
+    truth: str = "n_true",
+    prediction: str = "answer",
+    cells: bool = False,
+) -> pd.DataFrame:
+    """Exact match (%) by object class (*CountVideoBench*, Appendix F, Table 6): one row per
+    ``by`` group, one column per shape and per colour (``cells=True``: one per shape x colour
+    class, ``"red cube"``), each over that group's items of the class (NaN when it has none).
+    ``df`` needs ``shape`` and ``color`` columns."""
+    missing = [c for c in (by, truth, prediction, "shape", "color") if c not in df.columns]
+    if missing:
+        raise ValueError(f"df lacks columns {missing}; has {list(df.columns)}")
+    pred = pd.to_numeric(df[prediction], errors="coerce")
+    hit = (pred == df[truth]).to_numpy(dtype=bool)
+    shape = df["shape"].astype(str).str.lower().to_numpy()
+    color = df["color"].astype(str).str.lower().to_numpy()
+    groups = [(s, shape == s) for s in SHAPES] + [(c, color == c) for c in COLORS]
+    if cells:
+        groups = [(f"{c} {s}", (shape == s) & (color == c)) for s in SHAPES for c in COLORS]
+    rows = []
+    for name, idx in df.groupby(by, sort=True).indices.items():
+        row: dict[str, Any] = {by: name, "n_items": len(idx)}
+        for col, mask in groups:
+            sel = idx[mask[idx]]
+            row[col] = 100.0 * float(hit[sel].mean()) if len(sel) else float("nan")
+        rows.append(row)
+    return pd.DataFrame(rows, columns=[by, "n_items", *(c for c, _ in groups)])
 
 
 def _preds(col: pd.Series) -> list[float | None]:

@@ -15,7 +15,7 @@ Layout of ``OUT`` (``countgym audit RUNS --out OUT``)::
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,6 +25,7 @@ import pandas as pd
 
 from countgym.errors import UserError
 from countgym.logs import EpisodeRecord, LogLineError
+from countgym.secrets import scrub_text
 
 from .audit import TAU_SCALES
 from .pipeline import AuditTables, compute_tables
@@ -59,7 +60,7 @@ def write_csv(df: pd.DataFrame, path: Path) -> Path:
 def _write_bytes(data: bytes | str, path: Path) -> Path:
     tmp = path.with_name(path.name + ".tmp")
     if isinstance(data, str):
-        tmp.write_text(data, encoding="utf-8")
+        tmp.write_text(scrub_text(data), encoding="utf-8")  # no known secret reaches a report
     else:
         tmp.write_bytes(data)
     tmp.replace(path)
@@ -71,17 +72,19 @@ def build_figures(
 ) -> dict[str, list[ReportFigure]]:
     """The report's figures per section (``range``, ``arms``, ``capacity``), as PNG bytes."""
     from . import plots
+    from .summary import primary_rows
 
+    summary = primary_rows(tables.summary)
     specs = (
-        ("range", "accuracy_vs_n", plots.accuracy_vs_n(tables.accuracy_by_n, tables.summary),
+        ("range", "accuracy_vs_n", plots.accuracy_vs_n(tables.accuracy_by_n, summary, tables.counting_range),
          "Exact accuracy vs n per model and arm: dots = observed, steps = isotonic fit, dashed = "
          "R80, bar at 80 % = its 95 % CI, triangle = right-censored."),
-        ("arms", "arm_comparison", plots.arm_comparison(tables.summary, tables.contrasts),
+        ("arms", "arm_comparison", plots.arm_comparison(summary, tables.contrasts),
          "Exact accuracy per arm (95 % CI) and paired contrasts b − a (filled = CI-solid)."),
-        ("capacity", "capacity_profile", plots.capacity_profile(tables.summary, tables.contrasts),
+        ("capacity", "capacity_profile", plots.capacity_profile(summary, tables.contrasts),
          "Capacity profile: pointing error vs tag gain over the direct arm, and the error mix "
          "per 100 objects."),
-        ("capacity", "tau_sensitivity", plots.tau_sensitivity(tables.summary, tau_scales),
+        ("capacity", "tau_sensitivity", plots.tau_sensitivity(summary, tau_scales),
          "Tau sensitivity: audit rates per 100 objects with tau scaled by 0.75, 1 and 1.5."),
     )  # fmt: skip
     out: dict[str, list[ReportFigure]] = {}
@@ -123,12 +126,26 @@ def write_audit_files(
     viewer: ViewerOptions | None = None,
     principle_options: PrincipleOptions | None = None,
     judge: Any = None,
+    parser: Any = None,
+    judge_backend: Any = None,
+    warn: Callable[[str], None] | None = None,
 ) -> AuditFiles:
     """Audit ``records`` and write every table, figure and the HTML report into ``out_dir``.
 
-    ``judge`` (a ``ChatModel``) resolves ambiguous CounterCount replies (Appendix B.2)."""
+    ``judge`` (a ``ChatModel``, or ``"same"`` for each reply's own model) resolves ambiguous
+    CounterCount replies (Appendix B.2); ``parser`` (a ``ChatModel``) resolves video replies the
+    rules left without a count (CountVideoBench, Section 5.1). Both are cached under
+    ``out_dir`` (``countercount/judge-cache``, ``countvideo/parser-cache``); see
+    ``countgym.analysis.extraction``; ``judge_backend(model, api_base)`` builds the same-model
+    judge. ``warn`` receives one line per extraction problem."""
     if not records:
         raise UserError("no episode records to audit")
+    from countgym.analysis.extraction import resolve_answers
+
+    resolution = resolve_answers(
+        records, parser=parser, judge=judge, cache_dir=Path(out_dir), make_backend=judge_backend, warn=warn
+    )
+    records = resolution.records
     vopts = viewer or ViewerOptions()
     check_viewer_options(vopts)
     stimuli = StimulusCache(resolve)
@@ -159,7 +176,7 @@ def write_audit_files(
     }
     from countgym.analysis.task_sections import write_task_sections
 
-    task_paths, sections = write_task_sections(records, out, seed=seed, judge=judge)
+    task_paths, sections = write_task_sections(records, out, seed=seed, episodes=tables.episodes)
     fig_paths.update({p.stem: p for p in task_paths if p.suffix == ".png"})
     # Every task's episodes: the viewer replays each one's observation (tool-loop steps,
     # CounterCount images with their interventions, video frames as a contact sheet).
@@ -168,7 +185,7 @@ def write_audit_files(
         tables,
         figures=figures,
         viewer=view,
-        provenance=_provenance(records, tables, n_logs, n_resamples, seed),
+        provenance={**_provenance(records, tables, n_logs, n_resamples, seed), **resolution.provenance()},
         extra_sections=sections,
     )
     report_path = _write_bytes(page, out / "report.html")

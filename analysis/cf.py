@@ -26,6 +26,7 @@ from countgym.envs import cf_templates as tpl
 from countgym.envs.cf_env import build_question, extract_count
 from countgym.errors import UserError
 from countgym.logs import EpisodeRecord, read_records
+from countgym.secrets import scrub_data
 from countgym.stimulus import Dataset, Stimulus
 
 from .bootstrap import bootstrap_ratios, percentile_interval
@@ -194,7 +195,7 @@ def judge_ambiguous(
             value = extract_count(reply.text).value
             judged = {"judge_model": model_id, "reply": row["reply"], "judge_reply": reply.text, "value": value}
             tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(judged), encoding="utf-8")
+            tmp.write_text(json.dumps(scrub_data(judged)), encoding="utf-8")  # a judge can echo a key
             tmp.replace(path)
         if judged["value"] is not None:
             out.loc[i, "answer"] = int(judged["value"])
@@ -229,6 +230,7 @@ def cf_scores(
     for keys, g in groups:
         keys = keys if isinstance(keys, tuple) else (keys,)
         row: dict[str, Any] = dict(zip(by, keys, strict=True))
+        g, row["errors"] = _without_errors(g)
         fact, cf = g[g["kind"] == "factual"], g[g["kind"] == "cf"]
         row["n_factual"], row["n_cf"] = len(fact), len(cf)
         stats = {
@@ -243,6 +245,15 @@ def cf_scores(
             row[name], row[f"{name}_low"], row[f"{name}_high"] = est, lo, hi
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _without_errors(g: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """The scored episodes of a group and how many ended in an error (a failed model call is
+    no wrong answer: it is counted in ``errors`` and left out of every rate)."""
+    if "end" not in g.columns:
+        return g, 0
+    errored = (g["end"] == "error").to_numpy(dtype=bool)
+    return g[~errored], int(errored.sum())
 
 
 def _rate_ci(x: np.ndarray, n_resamples: int, confidence: float, seed: int) -> tuple[float, float, float]:
@@ -287,6 +298,7 @@ def paired_deltas(
     """
     _check_frame(frame, [*by, factor, *key])
     df = frame if kind is None else frame[frame["kind"] == kind]
+    df, _ = _without_errors(df)
     rows = []
     groups = df.groupby(list(by), dropna=False, sort=True) if by else [((), df)]
     for keys, g in groups:

@@ -183,6 +183,10 @@ def contrasts_table(
         raise ValueError(f"episodes lacks the columns {missing!r} (make it with audit_episodes)")
     _check_options(n_resamples, confidence)
     scored = episodes[episodes["n_true"].notna()]
+    if "end" in scored.columns:
+        # An episode that ended in an error (a failed model call) was never scored: its pair
+        # is left out, as the summary leaves it out of accuracy.
+        scored = scored[scored["end"] != "error"]
     key = ["stimulus_id", "repeat"]
     rows: list[dict[str, object]] = []
     dropped = 0

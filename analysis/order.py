@@ -181,7 +181,10 @@ def order_effect_table(
     Pairs the arm run with ``order=orders[0]`` with the same arm (all other options equal) run
     with ``order=orders[1]``. ``traversal`` maps episode ids to their traversal tau (optional).
     """
-    ep = episodes.merge(conditions[["episode_id", "order", "order_free_key"]], on="episode_id")
+    # The condition's order (read from the log) replaces the episodes table's option column.
+    ep = episodes.drop(columns=["order"], errors="ignore").merge(
+        conditions[["episode_id", "order", "order_free_key"]], on="episode_id"
+    )
     ep = ep[ep["order"].isin(orders)]
     cols = [
         "dataset", "model", "arm_a", "arm_b", "n_stimuli", "exact_match_a", "exact_match_b",

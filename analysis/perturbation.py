@@ -122,7 +122,8 @@ def perturbation_table(
     """Repair rate, visible vs emitted announcements and answer shift per (dataset, model,
     arm, kind); columns ``PERTURBATION_COLUMNS``."""
     by_id = {r.episode_id: r for r in records}
-    ep = episodes.merge(
+    # The condition's perturbation (read from the log) replaces the option column.
+    ep = episodes.drop(columns=["perturb"], errors="ignore").merge(
         conditions[["episode_id", "perturb", "perturb_free_key"]], on="episode_id"
     )
     perturbed = ep[ep["perturb"].notna()]

@@ -2,7 +2,9 @@
 
 ``compute_tables`` is what both ``write_audit`` (files) and ``report_tables`` (DataFrames)
 run: the audited episodes table, the summary, accuracy vs n with its isotonic fit, the paired
-arm contrasts and the applicable principle tables.
+arm contrasts, the counting ranges per model and arm (main battery, and main + XL as one curve),
+the capacity profile with the pooled DotArrays + FSC-147 row, and the applicable principle
+tables.
 """
 
 from __future__ import annotations
@@ -15,9 +17,16 @@ import pandas as pd
 from countgym.logs import EpisodeRecord
 
 from .audit import TAU_SCALES, audit_episodes
+from .capacity import CAPACITY_COLUMNS, capacity_table
 from .contrasts import contrasts_table
 from .principles import PRINCIPLE_TABLES, PrincipleOptions, principle_tables
-from .r80 import R80_THRESHOLD, accuracy_curve_table
+from .r80 import (
+    R80_THRESHOLD,
+    RANGE_TABLE_COLUMNS,
+    accuracy_curve_table,
+    counting_range_table,
+    extended_curve_table,
+)
 from .stimuli import Resolver, StimulusCache
 from .summary import DEFAULT_BY, summarize
 
@@ -33,15 +42,26 @@ class AuditTables:
     accuracy_by_n: pd.DataFrame
     contrasts: pd.DataFrame
     principles: dict[str, pd.DataFrame] = field(default_factory=dict)
+    counting_range: pd.DataFrame = field(
+        default_factory=lambda: pd.DataFrame(columns=list(RANGE_TABLE_COLUMNS))
+    )
+    """R80 per model and arm across datasets: ``main`` and, with XL episodes, ``main+xl``."""
+    capacity: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(CAPACITY_COLUMNS)))
+    """Capacity profile per battery and the pooled DotArrays + FSC-147 row (Table 2)."""
 
     def as_dict(self) -> dict[str, pd.DataFrame]:
-        """``{"episodes", "summary", "accuracy_by_n", "contrasts", *principle tables}``."""
+        """``{"episodes", "summary", "accuracy_by_n", "contrasts", "r80" and "capacity" (when
+        they have rows), *principle tables}``."""
         out = {
             "episodes": self.episodes,
             "summary": self.summary,
             "accuracy_by_n": self.accuracy_by_n,
             "contrasts": self.contrasts,
         }
+        if len(self.counting_range):
+            out["r80"] = self.counting_range
+        if len(self.capacity):
+            out["capacity"] = self.capacity
         out.update({k: self.principles[k] for k in PRINCIPLE_TABLES if k in self.principles})
         return out
 
@@ -72,6 +92,9 @@ def compute_tables(
         r80_threshold=r80_threshold,
     )
     curve = accuracy_curve_table(episodes, CURVE_BY, threshold=r80_threshold)
+    extended = extended_curve_table(episodes, threshold=r80_threshold)
+    if len(extended):
+        curve = pd.concat([curve, extended], ignore_index=True)
     contrasts = contrasts_table(
         episodes, n_resamples=n_resamples, confidence=confidence, seed=seed
     )
@@ -79,4 +102,8 @@ def compute_tables(
         n_resamples=n_resamples, confidence=confidence, seed=seed
     )
     principles = principle_tables(records, episodes, stimuli=cache, options=popts)
-    return AuditTables(episodes, summary, curve, contrasts, principles)
+    ranges = counting_range_table(
+        episodes, threshold=r80_threshold, n_resamples=n_resamples, confidence=confidence, seed=seed
+    )
+    capacity = capacity_table(episodes, n_resamples=n_resamples, confidence=confidence, seed=seed)
+    return AuditTables(episodes, summary, curve, contrasts, principles, ranges, capacity)

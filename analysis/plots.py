@@ -50,9 +50,17 @@ def _grid(n: int, cols: int = 3) -> tuple[int, int]:
     return (n + cols - 1) // cols, cols
 
 
-def accuracy_vs_n(curve: pd.DataFrame, summary: pd.DataFrame) -> Figure | None:
+def accuracy_vs_n(
+    curve: pd.DataFrame, summary: pd.DataFrame, ranges: pd.DataFrame | None = None
+) -> Figure | None:
     """Exact accuracy vs n per (dataset, model), one line per arm: observed accuracy (dots),
-    isotonic fit (steps), R80 (dashed line, CI as a bar at 80 %; a triangle when censored)."""
+    isotonic fit (steps), R80 (dashed line, CI as a bar at 80 %; a triangle when censored).
+    The extended curves (dataset ``main+xl``) take their R80 from ``ranges``."""
+    from .r80 import EXTENDED_DATASET
+
+    if ranges is not None and len(ranges):
+        ext = ranges[ranges["curve"] == EXTENDED_DATASET].assign(dataset=EXTENDED_DATASET)
+        summary = pd.concat([summary, ext], ignore_index=True)
     if curve.empty or curve["n_true"].nunique() < 2:
         return None
     panels = list(curve.groupby(["dataset", "model"], sort=True))[:MAX_PANELS]

@@ -15,17 +15,32 @@ per level), finds each resampled curve's R80 (``r80_index_direct``: the same ans
 from cumulative sums in O(L)), and takes percentiles over the tested levels; a
 resample with no level above the threshold sits below every level, and a bound that falls
 there is reported as NaN.
+
+Which episodes make the curve (*Give the Model a Finger*, Section 4, Section 5.1 and Appendix D):
+R80 is fitted on the DotArrays **main battery** only (``meta.set == "main"``). A run over the
+full ``dotarrays`` battery (272 images) reports R80 over its 216 main images; the factor sets
+(heterogeneous, distractor, dense, small) are never pooled into the curve (``curve_rows``).
+Episodes without a ``set`` (custom datasets) form the curve as they are; a group holding only
+other sets (a factor set, the XL extension alone, photographs) has no R80. When a model and arm
+have both main and XL (``set == "xl"``) episodes, ``counting_range_table`` also fits the
+**extended** R80 over n = 1-200 as one curve, with the same image-resampling CI, so an interval
+may start at a main-battery level (the paper's [50, 200]).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 R80_THRESHOLD = 0.8
+MAIN_SET = "main"
+"""``meta.set`` of the DotArrays main battery, the only set R80 is fitted on."""
+EXTENSION_SET = "xl"
+"""``meta.set`` of the extension battery (n = 80-200), fitted together with the main battery."""
 _TOL = 1e-9  # pooled means such as (0.9 + 0.7) / 2 must count as reaching 0.8
 _CHUNK_ENTRIES = 4_000_000  # bound on the (resamples x levels x levels) work array
 
@@ -216,6 +231,25 @@ def counting_range(
 # --- episodes tables ----------------------------------------------------------------------------
 
 
+def _sets(g: pd.DataFrame) -> np.ndarray:
+    """Each episode's ``set`` as a string, or None when unknown."""
+    if "set" not in g.columns:
+        return np.full(len(g), None, dtype=object)
+    return np.array([v if isinstance(v, str) and v else None for v in g["set"].tolist()], dtype=object)
+
+
+def curve_rows(g: pd.DataFrame) -> pd.DataFrame:
+    """The episodes an R80 curve is fitted on: the main battery when the group has it, every
+    episode when no episode names its set, and none when it holds only other sets."""
+    sets = _sets(g)
+    main = sets == MAIN_SET
+    if main.any():
+        return g[main]
+    if all(v is None for v in sets):
+        return g
+    return g.iloc[:0]
+
+
 def _scored(g: pd.DataFrame) -> pd.DataFrame:
     """Rows with a known true count; exact match as float (unanswered = wrong)."""
     n = g["n_true"].to_numpy(dtype=float, na_value=np.nan)
@@ -261,13 +295,16 @@ def accuracy_curve_table(
     by: Sequence[str] = ("dataset", "arm", "model"),
     *,
     threshold: float = R80_THRESHOLD,
+    main_only: bool = True,
 ) -> pd.DataFrame:
-    """One row per group and level n: images, exact accuracy (image-weighted) and the isotonic fit."""
+    """One row per group and level n of its R80 curve (``curve_rows``: the main battery):
+    images, exact accuracy (image-weighted) and the isotonic fit (``main_only=False``: every
+    episode of the group)."""
     keys = list(by)
     rows = []
     for key, g in episodes.groupby(keys, sort=True, dropna=False):
         vals = key if isinstance(key, tuple) else (key,)
-        cr = range_for_group(g, threshold=threshold, n_resamples=0)
+        cr = range_for_group(curve_rows(g) if main_only else g, threshold=threshold, n_resamples=0)
         for lev, acc, fit, k in zip(cr.levels, cr.accuracy, cr.fit, cr.n_images, strict=True):
             rows.append(
                 {**dict(zip(keys, vals, strict=True)), "n_true": lev, "n_images": k,
@@ -276,3 +313,72 @@ def accuracy_curve_table(
     return pd.DataFrame(
         rows, columns=[*keys, "n_true", "n_images", "exact_match_score", "isotonic_fit"]
     )
+
+
+EXTENDED_DATASET = "main+xl"
+"""``dataset`` of the extended curves in the accuracy-vs-n table (main and XL as one curve)."""
+
+
+def _extended_curves(episodes: pd.DataFrame) -> list[tuple[tuple[Any, Any], str, pd.DataFrame]]:
+    """Per (model, arm) with main episodes: ``main``, and ``main+xl`` when XL episodes exist."""
+    if episodes.empty or "set" not in episodes.columns:
+        return []
+    out = []
+    for key, g in episodes.groupby(["model", "arm"], sort=True, dropna=False):
+        gs = _sets(g)
+        main = g[gs == MAIN_SET]
+        if main.empty:
+            continue
+        out.append((key, "main", main))
+        xl = g[gs == EXTENSION_SET]
+        if not xl.empty:
+            out.append((key, "main+xl", pd.concat([main, xl])))
+    return out
+
+
+def extended_curve_table(episodes: pd.DataFrame, *, threshold: float = R80_THRESHOLD) -> pd.DataFrame:
+    """``accuracy_curve_table`` rows of every extended (main + XL) curve, ``dataset`` =
+    ``EXTENDED_DATASET``."""
+    frames = [
+        accuracy_curve_table(
+            c.assign(dataset=EXTENDED_DATASET), threshold=threshold, main_only=False
+        )
+        for _, name, c in _extended_curves(episodes)
+        if name == "main+xl"
+    ]
+    cols = ["dataset", "arm", "model", "n_true", "n_images", "exact_match_score", "isotonic_fit"]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=cols)
+
+
+RANGE_TABLE_COLUMNS: tuple[str, ...] = (
+    "model", "arm", "curve", "datasets", "n_images", "n_levels", "n_min", "n_max", "r80",
+    "r80_ci_low", "r80_ci_high", "r80_censored",
+)  # fmt: skip
+
+
+def counting_range_table(
+    episodes: pd.DataFrame,
+    *,
+    threshold: float = R80_THRESHOLD,
+    n_resamples: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """R80 per model and arm across datasets (the paper's Table 7): the ``main`` curve (main
+    battery only), and the ``main+xl`` curve (n = 1-200 as one curve) when the model and arm
+    also ran the extension battery. Images are pooled by stimulus id, so the same main image
+    run under two dataset names counts once (as repeats)."""
+    rows = []
+    for (model, arm), name, c in _extended_curves(episodes):
+        cr = range_for_group(
+            c, threshold=threshold, n_resamples=n_resamples, confidence=confidence, seed=seed
+        )
+        rows.append(
+            {"model": model, "arm": arm, "curve": name,
+             "datasets": ";".join(sorted({str(d) for d in c["dataset"]})),
+             "n_images": int(sum(cr.n_images)), "n_levels": len(cr.levels),
+             "n_min": min(cr.levels) if cr.levels else None,
+             "n_max": max(cr.levels) if cr.levels else None, "r80": cr.r80,
+             "r80_ci_low": cr.ci_low, "r80_ci_high": cr.ci_high, "r80_censored": cr.censored}
+        )  # fmt: skip
+    return pd.DataFrame(rows, columns=list(RANGE_TABLE_COLUMNS))

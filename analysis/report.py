@@ -165,6 +165,7 @@ def generic_table(df: pd.DataFrame, *, short: Sequence[str] = ("dataset", "datas
 def summary_section(summary: pd.DataFrame) -> str:
     cols: list[tuple[str, Cell | str]] = [
         ("dataset", lambda r: short_dataset(r["dataset"]) if "dataset" in r else ""),
+        ("set", lambda r: "" if _missing(r.get("set")) else str(r.get("set"))),
         ("model", "model"),
         ("arm", "arm"),
         ("episodes", "n_episodes"),
@@ -186,9 +187,11 @@ def summary_section(summary: pd.DataFrame) -> str:
     cols = [c for c in cols if callable(c[1]) or c[1] in summary.columns]
     return (
         '<section id="summary"><h2>Summary</h2>'
-        "<p class=\"note\">One row per dataset, arm and model. EM = exact match (unanswered = "
-        "wrong); MAE over answered items; R80 = counting range (≥: right-censored, still at or "
-        "above 80 % at the largest n); |S| = support size, PP = prediction perplexity 2^H. "
+        "<p class=\"note\">One row per dataset, arm and model; a dataset holding several "
+        "stimulus sets (the full DotArrays battery: main and factor sets) gets its pooled row "
+        "(set: all) and one row per set. EM = exact match (unanswered = "
+        "wrong); MAE over answered items; R80 = counting range fitted on the main battery only "
+        "(≥: right-censored, still at or above 80 % at the largest n); |S| = support size, PP = prediction perplexity 2^H. "
         "Audit rates per 100 ground-truth objects; pointing error in thousandths of the "
         "shorter image side; card. cons. = announced count equals the number of tags; revision "
         "= share of tagging trajectories with a second tag call.</p>"
@@ -287,10 +290,48 @@ def principles_section(principles: Mapping[str, pd.DataFrame]) -> str:
     return "".join(parts)
 
 
-def figures_section(figures: Sequence[ReportFigure], anchor: str, title: str) -> str:
-    if not figures:
+def range_table(ranges: pd.DataFrame) -> str:
+    """R80 per model and arm: the main battery, and main + XL as one curve (Table 7)."""
+    if ranges is None or ranges.empty:
         return ""
-    body = "".join(
+    cols: list[tuple[str, Cell | str]] = [
+        ("model", "model"), ("arm", "arm"), ("curve", "curve"), ("n", lambda r: f"{fmt_num(r['n_min'], 0)}–{fmt_num(r['n_max'], 0)}"),
+        ("images", "n_images"), ("levels", "n_levels"), ("R80 [95% CI]", fmt_r80),
+    ]  # fmt: skip
+    return (
+        '<p class="note">R80 per model and arm over every dataset: <b>main</b> = the DotArrays '
+        "main battery only (factor sets are never pooled into the curve); <b>main+xl</b> = the "
+        "main battery and the extension battery fitted as one curve over n = 1–200, with the "
+        "same image-resampling CI.</p>" + html_table(ranges, cols, table_id="r80-table")
+    )
+
+
+def capacity_table_html(capacity: pd.DataFrame) -> str:
+    """Capacity profile per battery and the pooled DotArrays + FSC-147 row (Table 2)."""
+    if capacity is None or capacity.empty:
+        return ""
+    cols: list[tuple[str, Cell | str]] = [
+        ("model", "model"), ("arm", "arm"), ("pool", "pool"), ("images", "n_audited"),
+        ("pointing err. [95% CI]", lambda r: fmt_ci(r["pointing_error"], r["pointing_error_ci_low"], r["pointing_error_ci_high"], 1)),
+        ("on-target", "on_target_per100"), ("duplicate", "duplicate_per100"),
+        ("phantom", "phantom_per100"), ("omission", "omission_per100"),
+        ("card. cons.", "cardinality_consistency"), ("revision", "revision_rate"),
+    ]  # fmt: skip
+    return (
+        '<p class="note">Capacity profile per battery and, pooled as in the paper\'s Table 2, '
+        "over DotArrays (main and factor sets) and FSC-147 together: pointing error = median "
+        "over images of the per-image median on-target distance (thousandths of the shorter "
+        "side), 95 % bootstrap CI over images; rates per 100 objects.</p>"
+        + html_table(capacity, cols, table_id="capacity-table")
+    )
+
+
+def figures_section(
+    figures: Sequence[ReportFigure], anchor: str, title: str, lead: str = ""
+) -> str:
+    if not figures and not lead:
+        return ""
+    body = lead + "".join(
         f'<figure class="plot"><img src="{png_uri(f.png)}" alt="{esc(f.caption)}">'
         f"<figcaption>{esc(f.caption)} <span class=\"file\">figures/{esc(f.name)}.png</span>"
         "</figcaption></figure>"
@@ -530,10 +571,16 @@ def render_report(
         f'<header><h1>{esc(title)}</h1><p class="note">{facts}</p><nav>{nav}</nav></header>',
         "<main>",
         summary_section(tables.summary),
-        figures_section(figures.get("range", ()), "range", "Counting range (accuracy vs n)"),
+        figures_section(
+            figures.get("range", ()), "range", "Counting range (accuracy vs n)",
+            range_table(tables.counting_range),
+        ),
         contrasts_section(tables.contrasts),
         figures_section(figures.get("arms", ()), "arms", "Arm comparison"),
-        figures_section(figures.get("capacity", ()), "capacity", "Capacity profile"),
+        figures_section(
+            figures.get("capacity", ()), "capacity", "Capacity profile",
+            capacity_table_html(tables.capacity),
+        ),
         principles_section(tables.principles),
         *extra_sections,
         viewer_section(viewer),

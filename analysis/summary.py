@@ -3,6 +3,9 @@
 ``summarize`` gives one row per group (by default dataset x arm x model); ``accuracy_by`` gives
 one row per group and level of a key (by default the true count n).
 
+- Episodes that ended in an error (``end == "error"``: the model call failed, e.g. a 429 or a
+  timeout) say nothing about the model: they are left out of every metric and counted in
+  ``errors``; ``n_episodes`` is the number of episodes scored.
 - Counting metrics use episodes with a known true count; MAE and RMSE use answered ones.
 - Audit rates are per 100 ground-truth objects: the sum of a count over audited episodes
   divided by the sum of their ``n_true``, times 100.
@@ -11,7 +14,15 @@ one row per group and level of a key (by default the true count n).
 - Revision rate is the share of trajectories with a second tag call among those with at least
   one tag call.
 - R80 (``counting_range``): the counting range with its bootstrap CI (images resampled within
-  each level) and its right-censoring flag; ``n_levels`` is the number of tested counts.
+  each level) and its right-censoring flag, fitted on the main battery only
+  (``r80.curve_rows``); ``n_levels`` is the number of tested counts of that curve.
+- Stimulus sets: a group whose stimuli come from several sets (``meta.set``: the full
+  ``dotarrays`` battery holds main and four factor sets) gets its pooled row (``scope`` =
+  ``dataset``, ``set`` = ``all``) and one row per set (``scope`` = ``set``); only the main row
+  and the pooled row carry an R80 (the main battery's). ``scope`` = ``dataset`` rows are the
+  one-row-per-group table the figures use (``primary_rows``).
+- One column per option that can vary between cells (``arms.OPTION_COLUMNS``), so a row reads
+  without the logs.
 - Support size and prediction perplexity PP = 2^H (``distribution``), non-answers as one
   extra category of PP, not counted in the support.
 - EM and MAE come with percentile bootstrap CIs that resample episodes within the group, with a
@@ -27,11 +38,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .arms import OPTION_COLUMNS
 from .audit import AUDIT_LABELS, TAU_SCALES, scale_label
 from .bootstrap import bootstrap_ratios, percentile_interval
 from .distribution import prediction_perplexity, support_size
 from .metrics import counting_scores
-from .r80 import R80_THRESHOLD, range_for_group
+from .r80 import R80_THRESHOLD, curve_rows, range_for_group
 
 DEFAULT_BY: tuple[str, ...] = ("dataset", "arm", "model")
 
@@ -42,7 +54,7 @@ _AUDIT_REQUIRED = (
 )  # fmt: skip
 
 _COUNTING_COLUMNS = (
-    "n_episodes", "n_answered", "em", "em_ci_low", "em_ci_high", "acc10", "mae", "mae_ci_low",
+    "n_episodes", "errors", "n_answered", "em", "em_ci_low", "em_ci_high", "acc10", "mae", "mae_ci_low",
     "mae_ci_high", "rmse", "mean_signed_error", "coverage",
 )  # fmt: skip
 
@@ -58,7 +70,8 @@ def summary_columns(
     """The columns ``summarize`` returns, in order."""
     sens = [f"{lab}_per100_{scale_label(s)}" for s in tau_scales for lab in AUDIT_LABELS]
     return [
-        *by, *_COUNTING_COLUMNS, *_RANGE_COLUMNS, "n_audited", "n_objects",
+        *by, *(["set", "scope"] if "set" not in by else ["scope"]),
+        *(k for k in OPTION_COLUMNS if k not in by), *_COUNTING_COLUMNS, *_RANGE_COLUMNS, "n_audited", "n_objects",
         *(f"{lab}_per100" for lab in AUDIT_LABELS),
         "cardinality_consistency", "pointing_error", "revision_rate", "tau_median", *sens,
     ]  # fmt: skip
@@ -99,9 +112,19 @@ def _float(s: pd.Series) -> np.ndarray:
     return s.to_numpy(dtype=float, na_value=np.nan)
 
 
+def _without_errors(g: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """The group's scored episodes and the number of errored ones left out."""
+    if "end" not in g.columns:
+        return g, 0
+    errored = (g["end"] == "error").to_numpy(dtype=bool)
+    return g[~errored], int(errored.sum())
+
+
 def _counting_row(
-    g: pd.DataFrame, n_resamples: int, confidence: float, seed: int
+    g: pd.DataFrame, n_resamples: int, confidence: float, seed: int, errors: int = 0
 ) -> dict[str, Any]:
+    if len(g) == 0:  # every episode errored: nothing to score
+        return {c: float("nan") for c in _COUNTING_COLUMNS} | {"n_episodes": 0, "errors": errors, "n_answered": 0}
     y = _float(g["n_true"])
     scored = ~np.isnan(y)
     pred = _float(g["answer"])[scored]
@@ -116,6 +139,7 @@ def _counting_row(
     mae_lo, mae_hi = percentile_interval(boot[1], confidence)
     return {
         "n_episodes": len(g),
+        "errors": errors,
         "n_answered": sc.n_answered,
         "em": sc.exact_match,
         "em_ci_low": em_lo,
@@ -134,7 +158,7 @@ def _range_row(
     g: pd.DataFrame, n_resamples: int, confidence: float, seed: int, threshold: float
 ) -> dict[str, Any]:
     cr = range_for_group(
-        g, threshold=threshold, n_resamples=n_resamples, confidence=confidence, seed=seed
+        curve_rows(g), threshold=threshold, n_resamples=n_resamples, confidence=confidence, seed=seed
     )
     return {
         "r80": cr.r80,
@@ -180,6 +204,18 @@ def _audit_row(g: pd.DataFrame, tau_scales: Sequence[float]) -> dict[str, Any]:
     return row
 
 
+def _option_row(g: pd.DataFrame, keys: Sequence[str]) -> dict[str, Any]:
+    """The group's value of every option column (``a|b`` if the group mixes values)."""
+    row: dict[str, Any] = {}
+    for k in OPTION_COLUMNS:
+        if k in keys:
+            continue
+        vals = [] if k not in g else [v for v in g[k].tolist() if v is not None and not pd.isna(v)]
+        uniq = sorted({str(v) for v in vals})
+        row[k] = None if not uniq else vals[0] if len(uniq) == 1 else "|".join(uniq)
+    return row
+
+
 def _group_key_dict(keys: list[str], key: Any) -> dict[str, Any]:
     vals = key if isinstance(key, tuple) else (key,)
     return dict(zip(keys, vals, strict=True))
@@ -203,17 +239,50 @@ def summarize(
     _check_episodes(episodes, (*_COUNTING_REQUIRED, *_AUDIT_REQUIRED))
     keys = _check_by(by, episodes)
     _check_options(n_resamples, confidence)
+    def row(key_values: dict[str, Any], group: pd.DataFrame, scope: str) -> dict[str, Any]:
+        g, errors = _without_errors(group)
+        return {
+            **key_values,
+            "scope": scope,
+            **_option_row(group, keys),
+            **_counting_row(g, n_resamples, confidence, seed, errors),
+            **_range_row(g, n_resamples, confidence, seed, r80_threshold),
+            **_audit_row(g, tau_scales),
+        }
+
     rows = []
     for key, g in episodes.groupby(keys, sort=True, dropna=False):
-        rows.append(
-            {
-                **_group_key_dict(keys, key),
-                **_counting_row(g, n_resamples, confidence, seed),
-                **_range_row(g, n_resamples, confidence, seed, r80_threshold),
-                **_audit_row(g, tau_scales),
-            }
-        )
+        kv = _group_key_dict(keys, key)
+        sets = _set_values(g) if "set" not in keys else []
+        if "set" not in keys:
+            kv["set"] = sets[0] if len(sets) == 1 else (ALL_SETS if sets else None)
+        rows.append(row(kv, g, "dataset"))
+        if len(sets) > 1:
+            labels = np.array([_set_label(v) for v in g["set"].tolist()], dtype=object)
+            for s in sets:
+                rows.append(row({**kv, "set": s}, g[labels == s], "set"))
     return pd.DataFrame(rows, columns=summary_columns(keys, tau_scales))
+
+
+ALL_SETS = "all"
+"""``set`` of a dataset row that pools several stimulus sets (its R80 is the main battery's)."""
+
+
+def _set_label(v: Any) -> str | None:
+    return v if isinstance(v, str) and v else None
+
+
+def _set_values(g: pd.DataFrame) -> list[str]:
+    """The distinct stimulus sets (``meta.set``) of a group, sorted, ``main`` first."""
+    if "set" not in g.columns:
+        return []
+    found = {s for s in (_set_label(v) for v in g["set"].tolist()) if s is not None}
+    return sorted(found, key=lambda s: (s != "main", s))
+
+
+def primary_rows(summary: pd.DataFrame) -> pd.DataFrame:
+    """The one-row-per-group part of a summary (without the per-set rows)."""
+    return summary[summary["scope"] == "dataset"] if "scope" in summary.columns else summary
 
 
 def accuracy_by(
@@ -232,8 +301,8 @@ def accuracy_by(
         raise ValueError(f"key names a column not in the episodes table: {key!r}")
     _check_options(n_resamples, confidence)
     group_keys = [*(k for k in keys if k != key), key]
-    rows = [
-        {**_group_key_dict(group_keys, k), **_counting_row(g, n_resamples, confidence, seed)}
-        for k, g in episodes.groupby(group_keys, sort=True, dropna=False)
-    ]
+    rows = []
+    for k, group in episodes.groupby(group_keys, sort=True, dropna=False):
+        g, errors = _without_errors(group)
+        rows.append({**_group_key_dict(group_keys, k), **_counting_row(g, n_resamples, confidence, seed, errors)})
     return pd.DataFrame(rows, columns=[*group_keys, *_COUNTING_COLUMNS])

@@ -155,10 +155,15 @@ def write_audit_files(
     viewer: ViewerOptions | None = None,
     principle_options: PrincipleOptions | None = None,
     judge: Any = None,
+    parser: Any = None,
+    judge_backend: Any = None,
+    warn: Any = None,
 ) -> AuditFiles:
     """Like ``write_audit``, returning every written path (tables, figures, report).
 
-    ``judge`` (a ``ChatModel``) resolves ambiguous CounterCount replies (Appendix B.2)."""
+    ``judge`` (a ``ChatModel``, or ``"same"``: each reply's own model) resolves ambiguous
+    CounterCount replies (Appendix B.2); ``parser`` (a ``ChatModel``) resolves video replies
+    the rules left open (CountVideoBench, Section 5.1); see ``countgym.analysis.extraction``."""
     errors: list[LogLineError] = []
     paths, _ = _split_sources(paths_or_records)
     records = read_episode_records(paths_or_records, errors=errors)
@@ -181,4 +186,7 @@ def write_audit_files(
         viewer=viewer or bundle.default_viewer_options(),
         principle_options=principle_options,
         judge=judge,
+        parser=parser,
+        judge_backend=judge_backend,
+        warn=warn,
     )

@@ -7,6 +7,7 @@ run folder covers every task.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -37,13 +38,57 @@ def _section(anchor: str, title: str, note: str, tables: dict[str, pd.DataFrame]
     return "\n".join(parts)
 
 
+_CLASS_ID = re.compile(r"-(red|green|blue|yellow|purple)-(cube|sphere)-", re.IGNORECASE)
+
+
+def video_frame(records: Sequence[EpisodeRecord], episodes: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per scored video episode: ``model`` (``model / arm label``), ``arm``, ``n_true``,
+    ``answer``, ``shape`` and ``color`` (from the stimulus metadata in ``episodes`` when given,
+    else read off a generated stimulus id such as ``cvb-n05-red-cube-r0``)."""
+    from countgym.analysis.arms import arm_labels
+
+    meta: dict[str, tuple[Any, Any]] = {}
+    if episodes is not None and {"episode_id", "shape", "color"} <= set(episodes.columns):
+        for eid, sh, co in zip(episodes["episode_id"], episodes["shape"], episodes["color"], strict=True):
+            if isinstance(sh, str) and isinstance(co, str):
+                meta[str(eid)] = (sh, co)
+    shapes, colors = [], []
+    for r in records:
+        sh, co = meta.get(r.episode_id, (None, None))
+        if sh is None:
+            m = _CLASS_ID.search(r.stimulus_id)
+            sh, co = (m.group(2).lower(), m.group(1).lower()) if m else (None, None)
+        shapes.append(sh)
+        colors.append(co)
+    df = pd.DataFrame(
+        {
+            "model": [r.model for r in records],
+            "arm": arm_labels(records),
+            "n_true": [r.truth.n if r.truth else None for r in records],
+            "answer": [r.answer for r in records],
+            "end": [r.end for r in records],
+            "shape": shapes,
+            "color": colors,
+        }
+    ).dropna(subset=["n_true"])
+    df["n_true"] = df["n_true"].astype(int)
+    df["model"] = df["model"] + " / " + df["arm"]
+    return df
+
+
 def write_task_sections(
-    records: Sequence[EpisodeRecord], out: Path, *, seed: int = 0, judge: Any = None
+    records: Sequence[EpisodeRecord],
+    out: Path,
+    *,
+    seed: int = 0,
+    judge: Any = None,
+    episodes: pd.DataFrame | None = None,
 ) -> tuple[list[Path], list[str]]:
     """Write the per-task outputs of non-image episodes; return (paths, HTML sections).
 
     ``judge`` (a ``ChatModel``) resolves CounterCount replies with several incompatible numbers
-    (Appendix B.2), cached under ``out/countercount/judge-cache``."""
+    (Appendix B.2), cached under ``out/countercount/judge-cache``. ``episodes`` (the audit's
+    episodes table) supplies the video stimuli's shape and colour."""
     paths: list[Path] = []
     sections: list[str] = []
     cf_records = [r for r in records if task_of_record(r) == "countercount"]
@@ -75,20 +120,23 @@ def write_task_sections(
     if video:
         from countgym.analysis import bias
 
-        df = pd.DataFrame(
-            {
-                "model": [r.model for r in video],
-                "arm": [r.arm.name for r in video],
-                "n_true": [r.truth.n if r.truth else None for r in video],
-                "answer": [r.answer for r in video],
-            }
-        ).dropna(subset=["n_true"])
-        df["n_true"] = df["n_true"].astype(int)
-        df["model"] = df["model"] + " / " + df["arm"]
+        df = video_frame(video, episodes)
+        # A failed model call is no wrong answer: left out of every metric, counted in `errors`.
+        errored = df["end"] == "error"
+        errors = errored.groupby(df["model"]).sum()
+        df = df[~errored]
         table = bias.bias_table(df)
+        table.insert(1, "errors", [int(errors.get(m, 0)) if m != "Oracle" else 0 for m in table["model"]])
         vout = out / "countvideo"
         vout.mkdir(parents=True, exist_ok=True)
         table.to_csv(vout / "bias.csv", index=False)
+        tables = {"bias": table}
+        if df["shape"].notna().any():
+            tables["EM (%) by object class: shape and colour (Table 6)"] = bias.class_table(df)
+            tables["EM (%) by object class: shape x colour"] = bias.class_table(df, cells=True)
+            tables["EM (%) by object class: shape and colour (Table 6)"].to_csv(vout / "em_by_class.csv", index=False)
+            tables["EM (%) by object class: shape x colour"].to_csv(vout / "em_by_class_cell.csv", index=False)
+            paths.extend([vout / "em_by_class.csv", vout / "em_by_class_cell.csv"])
         figs = bias.bias_figures(df, vout / "figures")
         paths.extend([vout / "bias.csv", *figs])
         sections.append(
@@ -97,8 +145,11 @@ def write_task_sections(
                 "CountVideoBench: accuracy and prediction bias",
                 "EM, Acc@10% (floor rule), MAE/RMSE over answered items, coverage, support size "
                 "|S|, prediction perplexity PP = 2^H (non-answers one extra category), largest "
-                "local excess and deficit, preferred values and Top-3 share; an Oracle row.",
-                {"bias": table},
+                "local excess N_k − max(L_k, R_k) and deficit min(L_k, R_k) − N_k over the "
+                "model's support (predicted values k only; positive excess: k above all four "
+                "neighbours, positive deficit: k in a valley between two peaks), preferred "
+                "values and Top-3 share; an Oracle row. EM by object class as in Appendix F.",
+                tables,
                 figs,
             )
         )

@@ -58,7 +58,7 @@ def _start_server(latency_s: float) -> tuple[subprocess.Popen[str], str]:
     cmd = [
         sys.executable,
         "-m",
-        "countgym.agents.testserver",
+        "countgym.testing.server",
         "--port",
         "0",
         "--latency",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import select
 import sys
 import warnings
 from collections.abc import Sequence
@@ -49,6 +50,18 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+def _example_env() -> str:
+    from countgym.registration import TASKS
+
+    return next(iter(TASKS.values())).default_env
+
+
+def _downloadable() -> list[str]:
+    from countgym.scenes.make import DOWNLOADABLE
+
+    return list(DOWNLOADABLE)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="countgym", description="Measure and improve how vision-language models count.")
     from countgym import __version__
@@ -56,9 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"countgym {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    d = sub.add_parser("demo", help="generate a DotArrays subset, run two model-free policies, audit")
+    from countgym.registration import DEMO_DATASET
+
+    d = sub.add_parser("demo", help="generate a battery subset, run two model-free policies, audit")
     d.add_argument("--out", default="countgym-demo", help="output folder (default: countgym-demo)")
-    d.add_argument("--subset", default="dotarrays-main:common", help="battery[:subset] to run on")
+    d.add_argument("--subset", default=DEMO_DATASET, help=f"battery[:subset] to run on (default: {DEMO_DATASET})")
     d.add_argument("--no-progress", action="store_true")
 
     sc = sub.add_parser("scenes", help="stimulus batteries")
@@ -69,18 +84,21 @@ def build_parser() -> argparse.ArgumentParser:
     mk.add_argument("--seed", type=_non_negative_int, default=0)
     mk.add_argument("--per-level", type=_positive_int, default=None)
     mk.add_argument("--limit", type=_positive_int, default=None)
-    mk.add_argument("--renderer", default=None, help="countvideo: fast (default), blender/cycles, eevee, workbench")
-    mk.add_argument("--size", type=_frame_size, default=None, help="countvideo frame size: WxH, full, half or quarter")
-    mk.add_argument("--video", action="store_true", help="countvideo: also write an MP4 of each clip")
-    mk.add_argument("--data", default=None, help="fsc147 / pixmo / countbench: the release folder")
+    mk.add_argument("--renderer", default=None, help="video battery: fast (default), blender/cycles, eevee, workbench")
+    mk.add_argument("--size", type=_frame_size, default=None, help="video battery frame size: WxH, full, half or quarter")
+    mk.add_argument("--video", action="store_true", help="video battery: also write an MP4 of each clip")
+    mk.add_argument("--data", default=None, help="photo sets: the release folder")
     mk.add_argument("--no-progress", action="store_true")
-    dl = scs.add_parser("download", help="fetch the listed images of a photo release (pixmo, countbench)")
-    dl.add_argument("name", choices=["pixmo", "countbench"])
+    dl = scs.add_parser("download", help="fetch the listed images of a photo release")
+    dl.add_argument("name", choices=_downloadable())
     dl.add_argument("--data", required=True, help="the release folder; images go to DATA/images")
     dl.add_argument("--no-progress", action="store_true")
 
-    r = sub.add_parser("run", help="run one cell: dataset x agent x model")
-    r.add_argument("--data", required=True, help="dataset folder or battery name (battery[:subset])")
+    r = sub.add_parser("run", help="run one cell: environment (or dataset) x agent x model")
+    r.add_argument("--env", default=None, metavar="ID",
+                   help=f"registered environment id, e.g. {_example_env()} (default: the dataset's)")
+    r.add_argument("--data", default=None,
+                   help="dataset folder or battery name (battery[:subset]); default: the environment's")
     r.add_argument("--agent", required=True, help="built-in arm/policy or package.module:ClassName")
     r.add_argument("--model", default="", help="model id for model-backed arms")
     r.add_argument("--tools", nargs="+", default=None, help="enabled tools (tag crop erase grid)")
@@ -88,8 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--no-verify", action="store_true", help="ablation: no verification prompt")
     r.add_argument("--plain-marks", action="store_true", help="ablation: tags without numbers")
     r.add_argument("--order", choices=["reading", "reverse"], default=None)
-    r.add_argument("--no-thinking", action="store_true", help="control: reasoning off / minimal effort")
+    r.add_argument("--no-thinking", action="store_true", help="control: reasoning disabled (the lowest effort where a provider cannot disable it)")
     r.add_argument("--perturb", choices=["remove", "add"], default=None)
+    r.add_argument("--protocol", choices=["json", "native"], default=None,
+                   help="tool-loop arms: the paper's JSON action line (default) or native tool calls")
     r.add_argument("--agent-option", action="append", default=[], metavar="KEY=VALUE",
                    help="policy constructor option (repeatable), e.g. omission=0.2")
     r.add_argument("--out", default="runs", help="run folder (default: runs)")
@@ -99,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=_non_negative_int, default=0)
     r.add_argument("--max-cost", type=float, default=None, help="stop starting episodes at this spend (USD)")
     r.add_argument("--force", action="store_true", help="discard this cell's log and run again")
+    r.add_argument("--no-retry-errors", action="store_true",
+                   help="on resume, keep episodes that ended in a transient error (429, 5xx, timeout) "
+                        "instead of running them again")
     r.add_argument("--no-progress", action="store_true")
 
     sw = sub.add_parser("sweep", help="run a grid of cells from a TOML/YAML config (resumable)")
@@ -107,6 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="ray: shard episodes into Ray tasks (local instance, or the cluster at RAY_ADDRESS)")
     sw.add_argument("--force", action="store_true", help="discard the logs of the sweep's cells and rerun")
     sw.add_argument("--dry-run", action="store_true", help="list the cells and exit")
+    sw.add_argument("--no-retry-errors", action="store_true",
+                    help="on resume, keep episodes that ended in a transient error instead of re-running them")
     sw.add_argument("--no-progress", action="store_true")
 
     sub.add_parser("testserver", help="a local OpenAI-compatible server that answers like a model",
@@ -119,9 +144,29 @@ def build_parser() -> argparse.ArgumentParser:
                    help="episodes in the report's trajectory viewer (0: no viewer; default 40)")
     a.add_argument("--resamples", type=_positive_int, default=2000, help="bootstrap resamples (default 2000)")
     a.add_argument("--judge", default=None, metavar="MODEL",
-                   help="CounterCount: resolve replies with several numbers with this model (cached)")
+                   help="judge replies with several numbers with this model instead of the run's own "
+                        "model (the paper's default); cached")
     a.add_argument("--judge-option", action="append", default=[], metavar="KEY=VALUE",
                    help="backend option for the judge (repeatable), e.g. api_base=...")
+    a.add_argument("--no-judge", action="store_true",
+                   help="leave replies with several numbers unresolved (no judge calls)")
+    a.add_argument("--parser", default=None, metavar="MODEL",
+                   help="resolve video replies the rules leave without a count with this model "
+                        "parser (the paper uses Qwen2.5-7B); cached")
+    a.add_argument("--parser-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="backend option for the parser (repeatable), e.g. api_base=...")
+
+    ex = sub.add_parser("export", help="export runs (Inspect .eval logs, Parquet) or a dataset (Hugging Face)")
+    ex.add_argument("source", nargs="+", help="run folders or log files; for --format hf: a dataset folder or battery")
+    ex.add_argument("--format", required=True, choices=("inspect", "parquet", "hf"), dest="fmt")
+    ex.add_argument("--out", default=None,
+                    help="output: a folder (inspect, hf) or a .parquet file; default: inside the first "
+                         "run folder (inspect/, episodes.parquet); required for hf")
+    ex.add_argument("--images", action="store_true",
+                    help="inspect: embed every observation image, re-rendered from the log (larger files)")
+
+    ls = sub.add_parser("list", help="every env id, battery, arm and config, with sizes and build costs")
+    ls.add_argument("--configs", default=None, help="folder of sweep configs (default: the checkout's configs/)")
 
     rp = sub.add_parser("replay", help="re-render one observation of a logged episode")
     rp.add_argument("runfile")
@@ -151,66 +196,26 @@ def _parse_kv(items: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def cmd_scenes_download(args: argparse.Namespace) -> int:
-    from countgym.scenes.photos import download_photo_images
-
-    report = download_photo_images(args.name, args.data, progress=not args.no_progress)
-    print(
-        f"{report.downloaded} downloaded, {report.present} already present, "
-        f"{len(report.dead)} dead links skipped, {len(report.failed)} failed (re-run to retry)"
-    )
-    return 0
-
-
 def cmd_scenes_make(args: argparse.Namespace) -> int:
-    from countgym.scenes import make_battery
+    from countgym.scenes.make import download_photos, make_dataset
 
     if args.scenes_command == "download":
-        return cmd_scenes_download(args)
-    if args.battery in ("fsc147", "pixmo", "countbench"):
-        from countgym.scenes.photos import make_photo_set
-
-        if args.data is None:
-            raise UserError(f"{args.battery} is built from its official release: pass --data RELEASE_ROOT")
-        print(f"wrote {make_photo_set(args.battery, args.data, Path(args.out), progress=not args.no_progress)}")
+        print(download_photos(args.name, args.data, progress=not args.no_progress))
         return 0
-    if args.data is not None:
-        raise UserError(f"--data applies to the photo sets (fsc147, pixmo, countbench), not {args.battery!r}")
-    kwargs: dict[str, Any] = {"seed": args.seed, "limit": args.limit, "progress": not args.no_progress}
-    if args.battery == "countvideo":
-        from countgym.scenes.video import make_countvideo
-
-        video_kwargs: dict[str, Any] = {**kwargs, "per_level": args.per_level, "renderer": args.renderer or "fast"}
-        if args.size:
-            video_kwargs["size"] = args.size
-        if args.video:
-            video_kwargs["video"] = True
-        print(f"wrote {make_countvideo(Path(args.out), **video_kwargs)}")
-        return 0
-    if args.battery == "countercount":
-        from countgym.scenes.counterfactual import make_countercount
-
-        if args.per_level is not None or args.renderer is not None:
-            raise UserError("--per-level and --renderer do not apply to countercount (--limit counts pairs)")
-        print(f"wrote {make_countercount(Path(args.out), **kwargs)}")
-        return 0
-    if args.per_level is not None:
-        kwargs["per_level"] = args.per_level
-    if args.renderer is not None:
-        kwargs["renderer"] = args.renderer
-    try:
-        out = make_battery(args.battery, Path(args.out), **kwargs)
-    except TypeError as e:
-        raise UserError(f"battery {args.battery!r} does not take that option: {e}") from None
+    out = make_dataset(
+        args.battery, Path(args.out), seed=args.seed, per_level=args.per_level, limit=args.limit,
+        renderer=args.renderer, size=args.size, video=args.video, data=args.data,
+        progress=not args.no_progress,
+    )
     print(f"wrote {out}")
     return 0
 
 
 def cell_from_args(args: argparse.Namespace) -> Any:
-    from countgym.agents.registry import cell_env_options, is_model_arm
-    from countgym.runner import CellSpec
+    from countgym.agents.registry import check_agent_name, is_model_arm
+    from countgym.cells import make_cell
 
-    _check_agent_name(args.agent)
+    check_agent_name(args.agent)
     ablations: dict[str, Any] = {}
     if args.no_verify:
         ablations["verify"] = False
@@ -220,38 +225,30 @@ def cell_from_args(args: argparse.Namespace) -> Any:
         ablations["order"] = args.order
     if args.perturb:
         ablations["perturb"] = args.perturb
-    env_options = cell_env_options(args.agent, tools=args.tools, budget=args.budget, **ablations)
-    agent_options = _parse_kv(args.agent_option)
+    if args.protocol:
+        from countgym.agents.backends.base import LOCAL_PREFIXES
+
+        if args.protocol == "native" and str(args.model).startswith(LOCAL_PREFIXES):
+            raise UserError("--protocol native needs a backend with tool calling (litellm); "
+                            "local transformers models run the JSON protocol")
+        ablations["protocol"] = args.protocol
     if args.no_thinking:
         if not is_model_arm(args.agent):
             raise UserError("--no-thinking applies to model arms only")
-        agent_options["thinking"] = False
-    if args.model and not is_model_arm(args.agent) and ":" not in args.agent:
-        raise UserError(f"agent {args.agent!r} is model-free; drop --model")
-    return CellSpec(
-        dataset=args.data,
+        ablations["thinking"] = False
+    return make_cell(
         agent=args.agent,
+        env=args.env,
+        dataset=args.data,
         model=args.model,
-        env_options=env_options,
-        agent_options=agent_options,
+        tools=args.tools,
+        budget=args.budget,
+        ablations=ablations,
+        agent_options=_parse_kv(args.agent_option),
         repeats=args.repeats,
         limit=args.limit,
         seed=args.seed,
     )
-
-
-def _check_agent_name(agent: str) -> None:
-    """Unknown built-in names fail here with the list of valid ones (plug-ins are checked on load)."""
-    from countgym.agents.registry import BUILTIN_POLICIES, is_model_arm, model_arms
-
-    if ":" in agent or agent in BUILTIN_POLICIES or is_model_arm(agent):
-        return
-    if agent.startswith("cf-"):
-        from countgym.agents.cf_arm import parse_cf_arm
-
-        parse_cf_arm(agent)  # raises a UserError naming the valid format and interventions
-    names = sorted([*BUILTIN_POLICIES, *model_arms(), "video-p1", "video-p2", "video-p3", "cf-mcq[+...]", "cf-oe[+...]"])
-    raise UserError(f"unknown agent {agent!r}: use one of {', '.join(names)} or package.module:ClassName")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -265,14 +262,32 @@ def cmd_run(args: argparse.Namespace) -> int:
         max_cost=args.max_cost,
         force=args.force,
         progress=not args.no_progress,
+        retry_errors=not args.no_retry_errors,
     )
-    msg = f"{res.ran} episodes run, {res.skipped} already done, {res.errors} errors -> {res.log}"
+    retried = f" ({res.retried} re-run after a transient error)" if res.retried else ""
+    msg = f"{res.ran} episodes run{retried}, {res.skipped} already done, {res.errors} errors -> {res.log}"
     if res.stopped_by_cost:
         msg += f" (stopped at the spend cap: ${res.cost:.4f})"
     print(msg)
+    if all_failed(res):
+        print(f"countgym: error: {failure_summary(res)}", file=sys.stderr)
+        return 1
     for line in res.error_messages[:5]:
-        print(f"  error: {line}", file=sys.stderr)
+        print(f"  error: {_scrub(line)}", file=sys.stderr)
     return 0
+
+
+def all_failed(res: Any) -> bool:
+    """Every episode this invocation ran ended in error (a cell that ran nothing has not failed)."""
+    return res.ran > 0 and res.errors == res.ran
+
+
+def failure_summary(res: Any) -> str:
+    """One line for a cell whose episodes all failed: how many, the first error, the log."""
+    first = res.error_messages[0].splitlines()[0] if res.error_messages else "no message"
+    if len(first) > 200:
+        first = first[:197] + "..."
+    return _scrub(f"all {res.ran} episodes ended in error (first: {first}); they are recorded in {res.log}")
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
@@ -283,15 +298,27 @@ def cmd_audit(args: argparse.Namespace) -> int:
     logs = find_logs(args.runs)
     if not logs:
         raise UserError(f"no episode logs (*.jsonl) found in {' '.join(args.runs)}")
-    judge = None
-    if args.judge:
-        from countgym.agents.backends import make_backend
+    from countgym.agents.backends import make_backend
+    from countgym.agents.registry import audit_hooks
+    from countgym.analysis.extraction import SAME_MODEL
 
+    if args.no_judge and (args.judge or args.judge_option):
+        raise UserError("--no-judge cannot be combined with --judge or --judge-option")
+    if args.judge_option and not args.judge:
+        raise UserError("--judge-option needs --judge MODEL (the default judge is the run's own model)")
+    if args.parser_option and not args.parser:
+        raise UserError("--parser-option needs --parser MODEL")
+    judge: Any = None if args.no_judge else SAME_MODEL
+    if args.judge:
         judge = make_backend(args.judge, **_parse_kv(args.judge_option))
+    parser = make_backend(args.parser, **_parse_kv(args.parser_option)) if args.parser else None
     files = write_audit_files(
         logs,
         Path(args.out),
         judge=judge,
+        parser=parser,
+        **audit_hooks(),
+        warn=lambda line: print(f"warning: {line}", file=sys.stderr),
         n_resamples=args.resamples,
         report=True,
         viewer=ViewerOptions(max_episodes=args.viewer_episodes),
@@ -302,6 +329,30 @@ def cmd_audit(args: argparse.Namespace) -> int:
     if files.report is not None:
         shown = f" (viewer: {files.viewer_shown} of {files.viewer_total} episodes)" if files.viewer_total else ""
         print(f"report: {files.report}{shown}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from countgym.integrations import export
+
+    first = Path(args.source[0])
+    base = first if first.is_dir() else first.parent
+    if args.images and args.fmt != "inspect":
+        raise UserError("--images applies to --format inspect only")
+    if args.fmt == "hf":
+        if args.out is None:
+            raise UserError("--format hf needs --out DIR")
+        if len(args.source) != 1:
+            raise UserError("--format hf exports one dataset: give one folder or battery name")
+        out = export.export_hf_dataset(args.source[0], args.out)
+        print(f"wrote {out}: datasets.load_dataset('parquet', data_files='{out}/data/*.parquet')")
+    elif args.fmt == "parquet":
+        out = export.export_parquet(args.source, args.out or base / "episodes.parquet")
+        print(f"wrote {out}")
+    else:
+        paths = export.export_inspect(args.source, args.out or base / "inspect", images=args.images)
+        for p in paths:
+            print(f"wrote {p}")
     return 0
 
 
@@ -347,23 +398,38 @@ def _frame_numbers(rec: Any, ds: Any, n: int) -> list[int]:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from countgym.sweep import expand, load_config, run_sweep
+    from countgym.sweep import describe_cells, expand, load_config, run_sweep
 
     cfg = load_config(args.config)
     if args.dry_run:
-        for cell in expand(cfg):
-            print(f"{cell.log_name()}  {cell.agent} {cell.model} on {cell.dataset} {cell.env_options}")
+        skipped: list[Any] = []
+        cells = expand(cfg, skipped=skipped)
+        labels, common = describe_cells(cells)
+        for cell, label in zip(cells, labels, strict=True):
+            print(f"{cell.log_name()}  {label}")
+        for sk in skipped:
+            print(f"skipped: {sk.agent} on {sk.env} {sk.dataset} ({sk.reason})")
+        print(f"{len(cells)} cell{'s' if len(cells) != 1 else ''}" + (f"; common options: {common}" if common else ""))
         return 0
     if args.executor == "ray":
         from countgym.executors.ray_executor import run_sweep_ray
 
-        results = run_sweep_ray(cfg, progress=not args.no_progress, force=args.force)
+        results = run_sweep_ray(cfg, progress=not args.no_progress, force=args.force,
+                                retry_errors=not args.no_retry_errors)
     else:
-        results = run_sweep(cfg, progress=not args.no_progress, force=args.force)
+        results = run_sweep(cfg, progress=not args.no_progress, force=args.force,
+                            retry_errors=not args.no_retry_errors)
     ran = sum(r.ran for r in results)
     errors = sum(r.errors for r in results)
     cost = sum(r.cost for r in results)
     print(f"{len(results)} cells, {ran} episodes run, {errors} errors, ${cost:.4f} recorded -> {cfg.out}")
+    failed = [r for r in results if all_failed(r)]
+    if failed:
+        print(
+            f"countgym: error: {len(failed)} of {len(results)} cells failed entirely; {failure_summary(failed[0])}",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
@@ -374,13 +440,40 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_list(args: argparse.Namespace) -> int:
+    """``countgym list``: the catalogue of environments, batteries, arms and configs."""
+    from pathlib import Path
+
+    from countgym.catalog import render
+
+    folder = Path(args.configs) if args.configs else None
+    if folder is not None and not folder.is_dir():
+        raise UserError(f"--configs {folder}: no such folder")
+    sys.stdout.write(render(folder))
+    return 0
+
+
 COMMANDS = {
+    "list": cmd_list,
     "demo": cmd_demo,
     "run": cmd_run,
     "sweep": cmd_sweep,
     "audit": cmd_audit,
     "replay": cmd_replay,
+    "export": cmd_export,
 }
+
+
+def _stdout_closed() -> int:
+    """The reader of our output went away (``countgym ... | head -1``): stop quietly, as Unix
+    tools do (exit 141 = 128 + SIGPIPE), and keep Python from complaining when it flushes
+    stdout at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (AttributeError, OSError, ValueError):
+        pass
+    return 141
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -388,27 +481,53 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["testserver"]:
         # The test server owns its flags; argparse's REMAINDER would swallow them badly.
-        from countgym.agents.testserver import main as serve
+        from countgym.testing.server import main as serve
 
         return serve(argv[1:])
     args = build_parser().parse_args(argv)
     # Warnings (e.g. a skipped corrupt log line) are one line each, like errors.
     warnings.formatwarning = lambda msg, *a, **k: f"countgym: warning: {msg}\n"
     try:
-        if args.command == "scenes":
-            return cmd_scenes_make(args)
-        return COMMANDS[args.command](args)
+        rc = cmd_scenes_make(args) if args.command == "scenes" else COMMANDS[args.command](args)
+        sys.stdout.flush()  # a reader that went away shows here, not in Python's exit handler
+        return rc
     except UserError as e:
-        print(f"countgym: error: {e}", file=sys.stderr)
+        print(f"countgym: error: {_scrub(str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("countgym: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError as e:
+        if _stdout_is_closed():
+            return _stdout_closed()
+        return _internal_error(e)
     except Exception as e:  # noqa: BLE001 - last resort: one line, exit 1
-        if os.environ.get("COUNTGYM_DEBUG"):
-            raise
-        print(f"countgym: internal error: {type(e).__name__}: {e} (set COUNTGYM_DEBUG=1 for a traceback)", file=sys.stderr)
-        return 1
+        return _internal_error(e)
+
+
+def _internal_error(e: Exception) -> int:
+    if os.environ.get("COUNTGYM_DEBUG"):
+        raise e
+    print(f"countgym: internal error: {type(e).__name__}: {_scrub(str(e))} (set COUNTGYM_DEBUG=1 for a traceback)",
+          file=sys.stderr)
+    return 1
+
+
+def _stdout_is_closed() -> bool:
+    """Whether the broken pipe is our stdout (its reader left), not a socket or a child's pipe."""
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+    except (AttributeError, OSError, ValueError):
+        return True  # no way to look (captured stream, no poll): the usual cause is stdout
+    poller.register(fd, select.POLLOUT)
+    return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+
+
+def _scrub(text: str) -> str:
+    from countgym.secrets import scrub_text
+
+    return scrub_text(text)
 
 
 if __name__ == "__main__":

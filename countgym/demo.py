@@ -1,6 +1,6 @@
 """``countgym demo``: the main job end to end on the embedded default, with no keys and no GPU.
 
-Generates a DotArrays subset, runs two model-free policies (``blob-counter``, which looks at
+Generates the registry's demo subset of an image battery, runs two model-free policies (``blob-counter``, which looks at
 pixels, and ``noisy-pointer``, an oracle with injected errors) through the real tag loop, audits
 the logs and prints the results table.
 """
@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from countgym.cells import CellSpec
 from countgym.errors import UserError
-from countgym.runner import CellSpec, run_cell
+from countgym.registration import DEMO_DATASET
+from countgym.runner import run_cell
 
 DEMO_AGENTS: dict[str, dict] = {
     "blob-counter": {},
@@ -24,7 +26,7 @@ SUMMARY_COLUMNS = {
 }
 
 
-def run_demo(out: Path, *, subset: str = "dotarrays-main:common", progress: bool = True) -> dict[str, Path]:
+def run_demo(out: Path, *, subset: str = DEMO_DATASET, progress: bool = True) -> dict[str, Path]:
     """Run the demo into ``out`` and return the paths of the written tables."""
     from countgym.analysis.tables import write_audit_files
     from countgym.scenes import make_battery

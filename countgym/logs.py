@@ -19,10 +19,20 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from countgym.secrets import (
+    known_secrets,
+    may_hold_secret,
+    redact_url,
+    register_secret,
+    register_url_secrets,
+    scrub_data,
+)
+
 SCHEMA_VERSION = 1
 
 Point = tuple[float, float]
 EndReason = Literal["answer", "budget", "invalid", "error"]
+ExtractedBy = Literal["rule", "parser", "judge", "typed", "none"]
 
 
 def utcnow() -> str:
@@ -33,15 +43,64 @@ def utcnow() -> str:
 _SECRET_NAMES = ("api_key", "apikey", "secret", "password", "authorization", "access_token", "bearer")
 
 
+def is_secret_name(name: Any) -> bool:
+    """True for an option name that holds a credential (``api_key``, ``password``, ``*_key``)."""
+    low = str(name).lower()
+    return any(s in low for s in _SECRET_NAMES) or low.endswith("_key")
+
+
 def redact(options: dict[str, Any]) -> dict[str, Any]:
-    """A copy of an option dict with credentials replaced by ``"<redacted>"`` (recursively)."""
+    """A copy of an option dict with credentials replaced by ``"<redacted>"`` (recursively).
+
+    Values under a credential's name are replaced (and remembered, so the same value is
+    scrubbed wherever else it appears); every other string has its URL userinfo and any known
+    secret masked (``api_base="http://user:KEY@host/v1"`` becomes ``http://***@host/v1``).
+    """
+    register_option_secrets(options)
+    return scrub_data(_redact_names(options))
+
+
+def register_option_secrets(options: Any) -> None:
+    """Remember every credential-named value and every URL userinfo in an option dict."""
+    if isinstance(options, dict):
+        for k, v in options.items():
+            if is_secret_name(k):
+                register_secret(v)
+            else:
+                register_option_secrets(v)
+    elif isinstance(options, list | tuple):
+        for v in options:
+            register_option_secrets(v)
+    elif isinstance(options, str):
+        register_url_secrets(options)
+
+
+def identity_options(options: dict[str, Any]) -> dict[str, Any]:
+    """Options as they identify a cell: credentials reduced to ``"<redacted>"`` and URL userinfo
+    to ``***``, so that changing a key neither starts a cell afresh nor is written in its name.
+
+    Deterministic (no environment lookup), so a cell's identity is the same in every process.
+    """
+    return _map_strings(_redact_names(options), redact_url)
+
+
+def _map_strings(obj: Any, fn: Any) -> Any:
+    if isinstance(obj, str):
+        return fn(obj)
+    if isinstance(obj, dict):
+        return {k: _map_strings(v, fn) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return type(obj)(_map_strings(v, fn) for v in obj)
+    return obj
+
+
+def _redact_names(options: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in options.items():
-        name = str(k).lower()
-        if any(s in name for s in _SECRET_NAMES) or name.endswith("_key"):
+        if is_secret_name(k):
             out[k] = "<redacted>"
         elif isinstance(v, dict):
-            out[k] = redact(v)
+            out[k] = _redact_names(v)
         else:
             out[k] = v
     return out
@@ -69,10 +128,17 @@ class StepRecord(BaseModel):
     """0-based step number within the episode."""
     reply: str | None = None
     """The raw reply text (null for typed actions)."""
+    tool_calls: list[dict[str, Any]] | None = None
+    """The reply's native tool calls (``protocol="native"``, OpenAI form), else null."""
     action: dict[str, Any] | None = None
     """The parsed action as a JSON object, or null when the reply did not parse."""
     parse_error: str | None = None
     """Why the reply was rejected (invalid reply), else null."""
+    reply_chars: int | None = None
+    """Length of the whole reply when it was longer than the stored part (``reply`` then holds
+    its last ``REPLY_LIMIT`` characters, the part the environment parsed); null otherwise."""
+    reply_sha256: str | None = None
+    """SHA-256 of the whole reply (UTF-8) when it was cut, else null."""
     message: str = ""
     """The environment's message returned to the policy after this step."""
     tags_added: list[Point] = Field(default_factory=list)
@@ -104,6 +170,10 @@ class ArmSpec(BaseModel):
 
     name: str
     options: dict[str, Any] = Field(default_factory=dict)
+    defaults: dict[str, Any] | None = None
+    """The environment options of the arm's reference cell, as logged: a built-in arm's own
+    defaults (no ablation, its own tools and budget), a plug-in's environment defaults. Labels
+    name every cell against it. Optional: null in logs written before it was recorded."""
 
 
 class Truth(BaseModel):
@@ -126,6 +196,9 @@ class EpisodeRecord(BaseModel):
     """SHA-256 of the stimulus media the episode saw."""
     dataset: str
     """Dataset folder or battery name."""
+    env: str | None = None
+    """Registered environment id the episode ran in (``countgym/CounterCount-v0``); None in
+    logs written before cells named their environment."""
     arm: ArmSpec
     env_options: dict[str, Any] = Field(default_factory=dict)
     """The environment options (tools, budget, verify, numbered, order, perturb, ...)."""
@@ -144,6 +217,10 @@ class EpisodeRecord(BaseModel):
     """The announced count (null when none)."""
     end: EndReason
     error: str | None = None
+    extracted_by: ExtractedBy | None = None
+    """How the answer was read from a free-text reply (single-step tasks): ``rule`` (the
+    environment's rules), ``parser`` (the audit's model parser), ``judge`` (the CounterCount
+    judge), ``typed`` (a typed action), ``none`` (no count); null when not applicable."""
     truth: Truth | None = None
     countgym_version: str
     template_hash: str
@@ -174,8 +251,9 @@ class LogWriter:
         _repair_tail(self.path)
 
     def append(self, record: EpisodeRecord) -> None:
-        """Write one record as one line with a single ``write`` call."""
-        line = (record.model_dump_json() + "\n").encode("utf-8")
+        """Write one record as one line with a single ``write`` call, every known secret
+        (a key echoed in a reply, a URL's userinfo) masked."""
+        line = (scrubbed_json(record) + "\n").encode("utf-8")
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             view = memoryview(line)
@@ -197,6 +275,16 @@ class LogWriter:
                 os.fsync(fd)
             finally:
                 os.close(fd)
+
+
+def scrubbed_json(record: EpisodeRecord) -> str:
+    """The record's JSON line with every known secret masked in every string."""
+    text = record.model_dump_json()
+    secrets = known_secrets()
+    if not may_hold_secret(text, secrets):
+        return text
+    clean = scrub_data(record.model_dump(mode="json"), secrets)
+    return EpisodeRecord.model_validate(clean).model_dump_json()
 
 
 def _repair_tail(path: Path) -> None:
@@ -235,7 +323,9 @@ class LogLineError(BaseModel):
 def iter_records(
     paths: Iterable[str | Path], errors: list[LogLineError] | None = None
 ) -> Iterator[EpisodeRecord]:
-    """Yield valid records from log files; bad lines are reported (file and line) and skipped."""
+    """Yield valid records from log files, known secrets masked; bad lines are reported (file and
+    line) and skipped."""
+    secrets = known_secrets()
     for p in paths:
         p = Path(p)
         with p.open(encoding="utf-8", errors="replace") as f:
@@ -243,7 +333,12 @@ def iter_records(
                 if not line.strip():
                     continue
                 try:
-                    yield EpisodeRecord.model_validate(json.loads(line))
+                    data = json.loads(line)
+                    # Logs written before scrubbing (or under other keys) may hold a secret that
+                    # this process knows: it must not travel on into tables and reports.
+                    if may_hold_secret(line, secrets):
+                        data = scrub_data(data, secrets)
+                    yield EpisodeRecord.model_validate(data)
                 except (json.JSONDecodeError, ValidationError) as e:
                     msg = str(e).splitlines()[0]
                     err = LogLineError(file=str(p), line=lineno, error=msg)

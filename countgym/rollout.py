@@ -201,8 +201,8 @@ def make_vector_env(env_fns: Sequence[Callable[[], gym.Env]], *, asynchronous: b
     """A vector env of ``env_fns``, each wrapped (once) with ``EpisodeStats``, ``TaskInfo`` and,
     outermost, ``VectorSafeInfo`` (see ``countgym.envs.wrappers``).
 
-    Asynchronous envs never use shared memory: Gymnasium's shared-memory path corrupts text
-    observations (platform-notes).
+    Asynchronous envs send observations through pipes (``shared_memory=False``): the
+    ``VectorSafeInfo`` boxes travel that way anyway, and it keeps no per-sub-env slot reserved.
     """
     fns = [_Wrapped(fn) for fn in env_fns]
     if asynchronous:
@@ -446,7 +446,7 @@ class _Rollout:
         )
 
     def _finish(self, i: int, terminated: bool, truncated: bool, info: dict[str, Any]) -> None:
-        from countgym.envs.wrappers import STATS_KEY
+        from countgym.envs.wrappers import RECORD_KEY, STATS_KEY
 
         truth = info.get("truth") or {}
         self.done[i].append(
@@ -461,7 +461,7 @@ class _Rollout:
                 truth=truth.get("n") if isinstance(truth, dict) else None,
                 end=info.get("end"),
                 stats=dict(info.get(STATS_KEY) or {}),
-                record=_record_dict(info.get("episode")),
+                record=_record_dict(info.get(RECORD_KEY)),
             )
         )
         self.steps[i] = []
@@ -501,6 +501,12 @@ class LogProbModel:
             then those of the temperature-scaled distribution at the greedy tokens).
         reply_prefix: text forced at the start of every reply (e.g. ``"ANSWER: "``); it is part
             of the prompt, so its tokens get no log-probs.
+        trainer_logprobs: record (and recompute) log-probs under the full-vocabulary
+            temperature-scaled softmax, the distribution a trainer such as TRL's ``GRPOTrainer``
+            computes for the same tokens. Sampling still never draws control tokens, so the
+            sampling distribution is this one renormalised over the allowed tokens; the default
+            (False) records log-probs under that renormalised distribution, which are higher by
+            ``-log(1 - p_control)`` per token (about 0.1 nats on the tiny test model).
     """
 
     def __init__(
@@ -511,6 +517,7 @@ class LogProbModel:
         temperature: float = 1.0,
         do_sample: bool = True,
         reply_prefix: str = "",
+        trainer_logprobs: bool = False,
         **backend_options: Any,
     ) -> None:
         if isinstance(backend, str):
@@ -530,6 +537,7 @@ class LogProbModel:
         self.temperature = float(temperature)
         self.do_sample = do_sample
         self.reply_prefix = reply_prefix
+        self.trainer_logprobs = bool(trainer_logprobs)
         eos = self.hf_model.generation_config.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos]) - {None}
         pad = self.hf_model.generation_config.pad_token_id
@@ -631,11 +639,12 @@ class LogProbModel:
 
     def _token_logprobs(self, logits: Any, tokens: Any) -> Any:
         """Log-probs of ``tokens`` under the sampling distribution: temperature-scaled logits
-        with the suppressed tokens removed (``output_logits`` are the raw, unprocessed ones)."""
+        with the suppressed tokens removed (``output_logits`` are the raw, unprocessed ones);
+        with ``trainer_logprobs`` nothing is removed (the trainer's full-vocabulary softmax)."""
         import torch
 
         logits = logits.float() / self.temperature
-        if self.suppress_ids:
+        if self.suppress_ids and not self.trainer_logprobs:
             idx = torch.tensor(sorted(self.suppress_ids), device=logits.device)
             logits = logits.index_fill(-1, idx, float("-inf"))
         return torch.log_softmax(logits, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)

@@ -1,27 +1,42 @@
 """``countgym sweep CONFIG``: a grid of cells from one TOML or YAML file, resumable.
 
-The grid is datasets x arms x models x tool sets x budgets x ablations; every cell is one
-``run_cell`` with its own log, so re-running the sweep resumes every cell. A sweep-wide spend
-cap stops starting episodes once the recorded cost of all cells reaches it.
+The grid is sources x arms x models x tool sets x budgets x ablations. A source is an
+environment (``envs``: a registered id, or ``{id = ..., dataset = ...}``) or a dataset
+(``datasets``: it runs in the environment of the task that claims it), so one sweep can cover
+several tasks. A pair whose agent does not run on the source's task is left out (listed by
+``--dry-run``), and tool sets, budgets and ablation keys apply to the sources whose environment
+takes them. Every cell is one ``run_cell`` with its own log, so re-running the sweep resumes
+every cell. A sweep-wide spend cap stops starting episodes once the recorded cost of all cells
+reaches it.
 """
 
 from __future__ import annotations
 
 import itertools
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from countgym.cells import CellSpec, make_cell, resolve_source
 from countgym.errors import UserError
-from countgym.runner import CellResult, CellSpec, done_episodes, run_cell
+from countgym.runner import CellResult, done_episodes, run_cell
+from countgym.tasks import cell_option_keys, env_class, env_for_dataset, task_of_env
 
-ABLATION_KEYS = {
-    "verify", "numbered", "order", "perturb", "extra_tools", "thinking", "reward", "tool_cost",
-    "blur_radius", "feather", "attention",  # CounterCount interventions (blur sweep of C.5.3)
-}
+ABLATION_KEYS = cell_option_keys()
+"""Every option some task's environment takes (each task's ``CELL_OPTIONS``)."""
+
+
+class EnvSource(BaseModel):
+    """An environment of a sweep, with the dataset it runs on (default: the id's own)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    dataset: str | None = None
 
 
 class SweepConfig(BaseModel):
@@ -31,8 +46,10 @@ class SweepConfig(BaseModel):
 
     out: str = "runs"
     """Run folder; each cell writes ``<out>/<cell>.jsonl``."""
-    datasets: list[str] = Field(min_length=1)
-    """Battery names (``dotarrays:common``) or dataset folders."""
+    envs: list[str | EnvSource] = []
+    """Registered environment ids (``countgym/CounterCount-v0``), or ``{id, dataset}`` tables."""
+    datasets: list[str] = []
+    """Battery names (``dotarrays:common``) or dataset folders (each in its task's environment)."""
     arms: list[str] = Field(min_length=1)
     """Built-in arms/policies or ``package.module:ClassName``."""
     models: list[str] = [""]
@@ -62,6 +79,21 @@ class SweepConfig(BaseModel):
             if bad:
                 raise ValueError(f"unknown ablation keys {sorted(bad)}; allowed: {sorted(ABLATION_KEYS)}")
         return v
+
+    @model_validator(mode="after")
+    def _some_source(self) -> SweepConfig:
+        if not self.envs and not self.datasets:
+            raise ValueError("name at least one environment ('envs') or dataset ('datasets')")
+        return self
+
+    def sources(self) -> list[tuple[str, str]]:
+        """(environment id or "" for the dataset's own, dataset) of every source, in order."""
+        out = []
+        for e in self.envs:
+            env, ds = (e, None) if isinstance(e, str) else (e.id, e.dataset)
+            out.append(resolve_source(env, ds))
+        out.extend(resolve_source(None, d) for d in self.datasets)
+        return out
 
     @field_validator("budgets")
     @classmethod
@@ -93,44 +125,110 @@ def load_config(path: str | Path) -> SweepConfig:
         raise UserError(f"{p}: {loc}: {err['msg']}") from None
 
 
-def expand(cfg: SweepConfig) -> list[CellSpec]:
-    """All cells of the grid, in a stable order."""
-    from countgym.agents.registry import cell_env_options, is_model_arm
+@dataclass(frozen=True)
+class Skipped:
+    """A grid point left out of a sweep, and why."""
+
+    agent: str
+    env: str
+    dataset: str
+    reason: str
+
+
+def expand(cfg: SweepConfig, *, skipped: list[Skipped] | None = None) -> list[CellSpec]:
+    """All cells of the grid, in a stable order. Pairs whose agent does not run on the source's
+    task go to ``skipped`` (when given); an agent that runs on none of the sources, or an
+    ablation key no source's environment takes, is a ``UserError``."""
+    from countgym.agents.registry import check_agent_name, is_model_arm, runs_on
 
     cells: list[CellSpec] = []
     seen: set[str] = set()
+    sources = [(env, ds, env or env_for_dataset(ds)) for env, ds in cfg.sources()]
+    takes = {real: frozenset(getattr(env_class(real), "CELL_OPTIONS", ())) for _, _, real in sources}
+    for arm in cfg.arms:
+        check_agent_name(arm)
+        if not any(runs_on(arm, task_of_env(real)) for _, _, real in sources):
+            tasks = sorted({task_of_env(real) for _, _, real in sources})
+            raise UserError(f"arm {arm!r} runs on none of the sweep's tasks ({', '.join(tasks)})")
+    for key in {k for a in cfg.ablations for k in a}:
+        if not any(key in t for t in takes.values()):
+            raise UserError(f"ablation key {key!r} applies to none of the sweep's environments")
     tool_sets: list[list[str] | None] = list(cfg.tool_sets) if cfg.tool_sets else [None]
     budgets: list[int | None] = list(cfg.budgets) if cfg.budgets else [None]
-    for ds, arm, model, tools, budget, abl in itertools.product(
-        cfg.datasets, cfg.arms, cfg.models, tool_sets, budgets, cfg.ablations
+    for (env, ds, real), arm, model, tools, budget, abl in itertools.product(
+        sources, cfg.arms, cfg.models, tool_sets, budgets, cfg.ablations
     ):
+        task = task_of_env(real)
+        if not runs_on(arm, task):
+            left_out = Skipped(arm, real, ds, f"{arm} does not run on the {task} task")
+            if skipped is not None and left_out not in skipped:
+                skipped.append(left_out)
+            continue
+        # Axes and ablations a task's environment does not take collapse for that source.
+        tools = tools if "tools" in takes[real] else None
+        budget = budget if "budget" in takes[real] else None
+        thinking = abl.get("thinking")  # a backend option of model arms, on every task
+        abl = {k: v for k, v in abl.items() if k in takes[real]}
         needs_model = is_model_arm(arm)
         model = model if needs_model else ""
         if needs_model and not model:
             raise UserError(f"arm {arm!r} needs a model: set 'models' in the sweep config")
-        abl = dict(abl)
-        thinking = abl.get("thinking")
-        env_opts = cell_env_options(arm, tools=tools, budget=budget, **abl)
         agent_opts = dict(cfg.agent_options.get(arm, {}))
         if needs_model:
             agent_opts = {**agent_opts, **cfg.model_options.get(model, {})}
             if thinking is False:
                 agent_opts["thinking"] = False
-        spec = CellSpec(dataset=ds, agent=arm, model=model, env_options=env_opts, agent_options=agent_opts,
-                        repeats=cfg.repeats, limit=cfg.limit, seed=cfg.seed)
+        spec = make_cell(agent=arm, env=env or None, dataset=ds, model=model, tools=tools, budget=budget,
+                         ablations=abl, agent_options=agent_opts, repeats=cfg.repeats, limit=cfg.limit,
+                         seed=cfg.seed)
         if spec.log_name() not in seen:
             seen.add(spec.log_name())
             cells.append(spec)
     return cells
 
 
-def run_sweep(cfg: SweepConfig, *, progress: bool = True, force: bool = False) -> list[CellResult]:
-    """Run every cell (resuming), honouring the sweep-wide spend cap."""
+def cell_options(cell: CellSpec) -> dict[str, Any]:
+    """Every option of a cell, flat: the resolved environment options as the log spells them, then agent options (credentials
+    redacted; an agent option whose name an environment option has is shown as ``agent.NAME``)."""
+    from countgym.logs import redact
+
+    opts: dict[str, Any] = cell.display_options()
+    for k, v in redact(cell.agent_options).items():
+        opts[f"agent.{k}" if k in opts else k] = v
+    return opts
+
+
+def describe_cells(cells: list[CellSpec]) -> tuple[list[str], str]:
+    """``(per-cell text, common text)``: each cell's name and the options in which it differs
+    from the others (all of them for a lone cell), and the options every cell shares."""
+    flat = [cell_options(c) for c in cells]
+    keys = list(dict.fromkeys(k for o in flat for k in o))
+    missing = object()
+    varying = [k for k in keys if len({repr(o.get(k, missing)) for o in flat}) > 1 or len(cells) == 1]
+    common = [k for k in keys if k not in varying]
+
+    def fmt(o: dict[str, Any], ks: list[str]) -> str:
+        return " ".join(f"{k}={o[k]!r}" for k in ks if k in o)
+
+    lines = []
+    for c, o in zip(cells, flat, strict=True):
+        what = f"{c.agent}{' ' + c.model if c.model else ''} on {c.dataset}{' in ' + c.env if c.env else ''}"
+        extra = fmt(o, varying)
+        lines.append(f"{what}  {extra}" if extra else what)
+    return lines, fmt(flat[0], common) if flat else ""
+
+
+def run_sweep(
+    cfg: SweepConfig, *, progress: bool = True, force: bool = False, retry_errors: bool = True
+) -> list[CellResult]:
+    """Run every cell (resuming, transient errors re-run unless ``retry_errors`` is False),
+    honouring the sweep-wide spend cap."""
     out = Path(cfg.out)
     cells = expand(cfg)
     spent = {c.log_name(): done_episodes(out / c.log_name())[1] for c in cells}
     results: list[CellResult] = []
-    for i, cell in enumerate(cells, 1):
+    labels, _ = describe_cells(cells)
+    for i, (cell, label) in enumerate(zip(cells, labels, strict=True), 1):
         cap = None
         if cfg.max_cost is not None:
             others = sum(v for k, v in spent.items() if k != cell.log_name())
@@ -138,8 +236,9 @@ def run_sweep(cfg: SweepConfig, *, progress: bool = True, force: bool = False) -
             if cap <= 0:
                 print(f"[{i}/{len(cells)}] {cell.log_name()}: skipped, sweep spend cap reached")
                 continue
-        print(f"[{i}/{len(cells)}] {cell.agent} {cell.model} on {cell.dataset} {cell.env_options}")
-        res = run_cell(cell, out, concurrency=cfg.concurrency, max_cost=cap, force=force, progress=progress)
+        print(f"[{i}/{len(cells)}] {label}")
+        res = run_cell(cell, out, concurrency=cfg.concurrency, max_cost=cap, force=force, progress=progress,
+                       retry_errors=retry_errors)
         spent[cell.log_name()] = res.cost
         results.append(res)
     return results

@@ -1,101 +1,120 @@
-"""Which task an agent runs: the image tool loop, CounterCount, or CountVideoBench.
+"""Which task a cell runs, decided by its environment, never by its agent.
 
-One place maps an agent name to its environment class, its dataset resolver and its base
-environment options, so the runner, the sweep and the CLI treat every task the same way.
+A cell names a registered environment id (``countgym/CounterCount-v0``) or a dataset; a dataset
+belongs to the first task in the registry whose environment class claims it. The environment
+class then answers everything task-specific through its hooks:
+
+- ``task`` (class attribute): the task's name, as logged in ``env_options["task"]``;
+- ``claims_dataset(name) -> bool``: whether a battery name or folder is this task's;
+- ``load_dataset(name) -> Dataset``: how this task reads a battery name or folder;
+- ``cell_options(tools=..., budget=..., **options) -> dict``: validated environment options
+  for a policy that is not one of the task's arms (plug-ins, scripted policies);
+- ``CELL_OPTIONS``: the option names ``cell_options`` accepts (sweep ablation keys).
+
+Nothing here names a task: the registry (``countgym.registration``) lists them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Literal
+import importlib
+from functools import cache
+from typing import Any
 
+import gymnasium
+
+from countgym.errors import UserError
+from countgym.registration import TASKS
 from countgym.stimulus import Dataset
 
-TaskName = Literal["image", "countercount", "video"]
+__all__ = [
+    "TASKS",
+    "cell_option_keys",
+    "default_dataset",
+    "env_class",
+    "env_for_dataset",
+    "load_dataset",
+    "make_task_env",
+    "task_of_env",
+]
 
 
-@dataclass(frozen=True)
-class TaskInfo:
-    """How to build the environment and resolve the dataset of one task."""
-
-    name: TaskName
-    env_entry: str
-    """``module:Class`` of the environment."""
+@cache
+def _import(entry: str) -> Any:
+    module, _, attr = entry.partition(":")
+    return getattr(importlib.import_module(module), attr)
 
 
-TASKS: dict[str, TaskInfo] = {
-    "image": TaskInfo("image", "countgym.envs.image_env:CountImageEnv"),
-    "countercount": TaskInfo("countercount", "countgym.envs.cf_env:CounterCountEnv"),
-    "video": TaskInfo("video", "countgym.envs.video_env:CountVideoEnv"),
-}
+def _spec(env_id: str) -> Any:
+    import countgym  # noqa: F401 - registers the environments
 
-
-def task_of(agent: str) -> TaskInfo:
-    """The task an agent name belongs to (plug-ins and scripted policies run the image task)."""
-    from countgym.agents.cf_arm import is_cf_arm
-
-    if is_cf_arm(agent):
-        return TASKS["countercount"]
-    if "video" in TASKS:
-        from countgym.agents.video_arm import is_video_arm
-
-        if is_video_arm(agent):
-            return TASKS["video"]
-    return TASKS["image"]
-
-
-def base_env_options(agent: str) -> dict[str, Any]:
-    """The environment options an agent needs before any override (arm defaults)."""
-    from countgym.agents.registry import is_model_arm
-
-    task = task_of(agent)
-    if task.name == "countercount":
-        from countgym.agents.cf_arm import parse_cf_arm
-
-        return parse_cf_arm(agent).env_options()
-    if task.name == "video":
-        from countgym.agents.video_arm import video_env_options
-
-        return video_env_options(agent)
-    if is_model_arm(agent):
-        from countgym.agents.arms import ARMS
-
-        opts = ARMS[agent].env_options()
-        opts["tools"] = list(opts["tools"])
-        return opts
-    return {}
-
-
-def resolve_for(agent: str, dataset: str) -> Dataset:
-    """The dataset of a cell, resolved the way the agent's task reads it."""
-    task = task_of(agent)
-    if task.name == "countercount":
-        from countgym.scenes.counterfactual import resolve_countercount
-
-        return resolve_countercount(dataset)
-    if task.name == "video":
-        from pathlib import Path
-
-        root = Path(dataset).expanduser()
-        if root.is_dir() and not (root / "manifest.jsonl").is_file():
-            from countgym.scenes.video import load_released_countvideo
-
-            return load_released_countvideo(root)
-    from countgym.scenes import resolve_dataset
-
-
-    return resolve_dataset(dataset)
-
-
-def make_task_env(agent: str, dataset: Dataset | str, env_options: dict[str, Any], *, model: str) -> Any:
-    """The environment of a cell's task (options validated by the environment itself)."""
-    import importlib
-
-    from countgym.errors import UserError
-
-    module, _, cls = task_of(agent).env_entry.partition(":")
-    env_cls = getattr(importlib.import_module(module), cls)
     try:
-        return env_cls(dataset, arm=agent, model=model, **env_options)
+        return gymnasium.spec(env_id)
+    except gymnasium.error.Error:
+        ids = sorted(i for i in gymnasium.registry if i.startswith("countgym/"))
+        raise UserError(f"unknown environment {env_id!r}: use one of {', '.join(ids)}") from None
+
+
+def env_class(env_id: str) -> type:
+    """The environment class of a registered id."""
+    entry = _spec(env_id).entry_point
+    cls = _import(entry) if isinstance(entry, str) else entry
+    if not isinstance(cls, type):
+        raise UserError(f"environment {env_id!r} is not a class entry point; countgym runs need one")
+    return cls
+
+
+def task_of_env(env_id: str) -> str:
+    """The task an environment runs (its class's ``task``; the id for unknown classes)."""
+    return str(getattr(env_class(env_id), "task", env_id))
+
+
+def default_dataset(env_id: str) -> str | None:
+    """The dataset an id makes by default (its registered ``dataset`` keyword), if any."""
+    dataset = (_spec(env_id).kwargs or {}).get("dataset")
+    return None if dataset is None else str(dataset)
+
+
+def env_for_dataset(dataset: str) -> str:
+    """The registered environment id a dataset runs under when no environment is named: the
+    id whose default dataset it is, else the default id of the first task that claims it."""
+    import countgym  # noqa: F401 - registers the environments
+
+    for env_id, spec in gymnasium.registry.items():
+        if env_id.startswith("countgym/") and (spec.kwargs or {}).get("dataset") == dataset:
+            return env_id
+    entries = list(TASKS.values())
+    for entry in entries[:-1]:
+        claims = getattr(_import(entry.env_entry), "claims_dataset", None)
+        if claims is not None and claims(dataset):
+            return entry.default_env
+    return entries[-1].default_env
+
+
+def load_dataset(env_id: str, dataset: str) -> Dataset:
+    """A cell's dataset, read the way its environment's task reads it."""
+    cls = env_class(env_id)
+    loader = getattr(cls, "load_dataset", None)
+    if loader is None:
+        from countgym.scenes import resolve_dataset
+
+        return resolve_dataset(dataset)
+    return loader(dataset)
+
+
+def cell_option_keys() -> frozenset[str]:
+    """Every option name some task's ``cell_options`` accepts (sweep ablation keys)."""
+    keys: set[str] = set()
+    for entry in TASKS.values():
+        keys |= set(getattr(_import(entry.env_entry), "CELL_OPTIONS", ()))
+    return frozenset(keys)
+
+
+def make_task_env(
+    env_id: str, dataset: Dataset | str, env_options: dict[str, Any], *, arm: str, model: str
+) -> Any:
+    """The (unwrapped) environment of a cell, options validated by the environment itself."""
+    cls = env_class(env_id)
+    try:
+        return cls(dataset, arm=arm, model=model, **env_options)
     except (TypeError, ValueError) as e:
-        raise UserError(f"invalid environment options {env_options}: {e}") from None
+        raise UserError(f"cannot make {env_id} with options {env_options}: {e}") from None

@@ -14,6 +14,14 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from countgym.logs import Usage
 
 TOOLS: tuple[str, ...] = ("tag", "crop", "erase", "grid", "answer")
+
+
+def canonical_tools(tools: Any) -> list[str]:
+    """A tool list as the environment enables and logs it: ``TOOLS`` order, ``answer`` always
+    on (``["grid", "tag"]`` -> ``["tag", "grid", "answer"]``). Unknown names are kept, last."""
+    names = tools.replace(",", " ").split() if isinstance(tools, str) else list(tools)
+    known = [t for t in TOOLS if t in names or t == "answer"]
+    return known + [t for t in names if t not in TOOLS]
 NormPoint = tuple[float, float]
 
 
@@ -74,6 +82,9 @@ class Reply(BaseModel):
     action: Tag | Crop | Erase | Grid | Answer | None = None
     """A typed action the policy derived from ``text`` itself (``list`` and ``tiles`` arms);
     when set, the environment applies it instead of parsing ``text`` and logs both."""
+    tool_calls: list[dict[str, Any]] | None = None
+    """Native tool calls of the reply, OpenAI form (``{"id", "type": "function", "function":
+    {"name", "arguments"}}``); the environment's ``protocol="native"`` executes the first."""
 
 
 def action_to_dict(action: Any) -> dict[str, Any]:

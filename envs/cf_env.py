@@ -8,28 +8,30 @@ count extraction.
 from __future__ import annotations
 
 import hashlib
-import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
-from gymnasium.vector.utils import create_shared_memory
 from PIL import Image
 
 from countgym.envs import cf_templates as tpl
-from countgym.envs.actions import Reply
+from countgym.envs import shm
+from countgym.envs.actions import Answer, Reply
 from countgym.envs.common import (
     build_record,
     fit_long_side,
+    manifest_head,
     new_episode,
     pick_stimulus_id,
     resolve_dataset_arg,
+    set_reply,
     stimulus_pool,
 )
+from countgym.envs.extract import Number, scan_numbers, strip_reasoning
 from countgym.envs.rewards import RewardFn, resolve_reward
 from countgym.envs.spaces import ImageSpace, MessageSpace
 from countgym.envs.state import EpisodeState
@@ -133,9 +135,11 @@ class Extraction:
 
     value: int | None
     reason: str
-    """``answer_line``, ``number``, ``no_number`` or ``ambiguous``."""
+    """``answer_line``, ``number``, ``no_number``, ``not_a_count`` or ``ambiguous``."""
     numbers: tuple[int, ...] = ()
     """Every count found (distinct, in order of first appearance): the judge's input."""
+    detail: str = ""
+    """Why a number was not a count (``not_a_count``)."""
 
     @property
     def error(self) -> str | None:
@@ -144,109 +148,81 @@ class Extraction:
             return None
         if self.reason == "ambiguous":
             return f"ambiguous: several incompatible numbers ({', '.join(map(str, self.numbers))})"
+        if self.reason == "not_a_count":
+            return f"not_a_count: {self.detail or 'the reply states no valid count'}"
         return "no_number: the reply states no count"
 
 
-_UNITS = {w: i for i, w in enumerate(tpl.NUMBER_WORDS)}
-_TENS = {w: 10 * i for i, w in enumerate(tpl.TENS_WORDS) if w}
-_WORD = "|".join(sorted([*_UNITS, *_TENS], key=len, reverse=True))
-_NUMBER_RE = re.compile(
-    rf"(?<![\w.])(?P<digits>\d+(?:\.\d+)?)(?![\w.]*\w)"
-    rf"|\b(?P<tens>{'|'.join(_TENS)})(?:[\s-]+(?P<unit>{'|'.join(list(_UNITS)[1:10])}))?\b"
-    rf"|\b(?P<word>{_WORD})\b"
-    r"|\b(?P<none>none)\b",
-    re.IGNORECASE,
-)
-_ANSWER_RE = re.compile(rf"\banswer\s*[:=]\s*\**\s*(\d+|{_WORD})\b", re.IGNORECASE)
-_THINK_RE = re.compile(r"<think>.*?</think>", re.IGNORECASE | re.DOTALL)
+_NONE_RE = re.compile(r"\bnone\b", re.IGNORECASE)
+_ANSWER_HEAD = re.compile(r"\banswer[ \t]*[:=][ \t]*\**[ \t]*", re.IGNORECASE)
+_PRONOUN_ONE = re.compile(r"\b(?:each|every|no|any|the|this|that|which|some|another)\s+(one)\b|\b(one)\s+(?:of|another)\b", re.IGNORECASE)
 
 
 def extract_count(
-    text: str, *, options: Sequence[str] | None = None, attribute: Sequence[str] | str | None = None
+    text: Any, *, options: Sequence[str] | None = None, attribute: Sequence[str] | str | None = None
 ) -> Extraction:
-    """The count a reply commits to, strictly.
+    """The count a reply commits to, strictly (*CounterCount*, Section 3: regular expressions
+    first; several numbers go to the judge).
 
     A reasoning block (``<think>...</think>``) is removed first. ``ANSWER: n`` lines win when
     present. Otherwise every count in the reply is collected: digits, number words
     ("three", "twenty-one" -- MCQ options are words), "none", and, given ``attribute`` names,
     "no legs" (0) and "a single leg" (1). One distinct value is the answer; several incompatible
     values are no answer (``ambiguous``: the judge step of ``countgym.analysis.cf`` decides
-    those). ``options`` (MCQ option words) need no special casing because options are number
-    words; the argument is accepted so a wrapper with option letters can pass them.
+    those). Numbers are read with the count grammar of ``countgym.envs.extract``: a negative,
+    decimal, exponent, hexadecimal or out-of-range number is not a count (``not_a_count`` when
+    it is the only number, ``ambiguous`` beside others), and neither is a non-string reply.
+    ``options`` (MCQ option words) need no special casing because options are number words; the
+    argument is accepted so a wrapper with option letters can pass them. Linear in the length.
     """
     del options  # number words already cover the MCQ options
-    body = _strip_thinking(text or "")
-    answers = [_to_float(m.group(1)) for m in _ANSWER_RE.finditer(body)]
+    if not isinstance(text, str):
+        return Extraction(None, "not_a_count", (), f"not a text reply ({type(text).__name__})")
+    body = strip_reasoning(text)
+    numbers = scan_numbers(body)
+    pronoun = {m.start(g) for m in _PRONOUN_ONE.finditer(body) for g in (1, 2) if m.group(g)}
+    numbers = [n for n in numbers if not (n.word and n.start in pronoun and body[n.start : n.end].lower() == "one")]
+    by_start = {n.start: n for n in numbers}
+    answers = [by_start[m.end()] for m in _ANSWER_HEAD.finditer(body) if m.end() in by_start]
     if answers:
-        return _decide(_distinct(answers), "answer_line")
-    found: list[tuple[int, float]] = []
-    for m in _NUMBER_RE.finditer(body):
-        found.append((m.start(), _match_value(m)))
-    for pos, value in _attribute_counts(body, attribute):
-        found.append((pos, value))
-    values = _distinct([v for _, v in sorted(found)])
-    if not values:
+        return _decide(answers, "answer_line")
+    found: list[Number] = list(numbers)
+    found += [Number(m.start(), m.end(), 0, "count", True) for m in _NONE_RE.finditer(body)]
+    found += _attribute_counts(body, attribute)
+    if not found:
         return Extraction(None, "no_number")
-    return _decide(values, "number")
+    found.sort(key=lambda n: n.start)
+    return _decide(found, "number")
 
 
-def _decide(values: list[float], reason: str) -> Extraction:
-    """One valid count is the answer; anything else (several, a fraction, absurd) is not."""
-    counts = tuple(int(v) for v in values if _is_count(v))
-    if len(values) == 1 and counts:
-        return Extraction(counts[0], reason, counts)
-    return Extraction(None, "ambiguous", counts)
+def _decide(found: Sequence[Number], reason: str) -> Extraction:
+    """One valid count is the answer; anything else (several, not a count) is not."""
+    counts: list[int] = []
+    seen: set[int] = set()
+    for n in found:
+        if n.value is not None and n.value not in seen:
+            seen.add(n.value)
+            counts.append(n.value)
+    bad = [n.kind for n in found if n.kind != "count"]
+    if len(counts) == 1 and not bad:
+        return Extraction(counts[0], reason, tuple(counts))
+    if not counts and bad:
+        return Extraction(None, "not_a_count", (), f"not a count ({bad[0].replace('_', ' ')})")
+    return Extraction(None, "ambiguous", tuple(counts))
 
 
-def _is_count(v: float) -> bool:
-    # Counts are whole, non-negative and of sane size (a 400-digit "count" is noise, not an answer).
-    return math.isfinite(v) and v.is_integer() and 0 <= v < 1e9
-
-
-def _strip_thinking(text: str) -> str:
-    text = _THINK_RE.sub(" ", text)
-    if "</think>" in text.lower():  # an opened-by-template block: keep what follows it
-        text = text[text.lower().rfind("</think>") + len("</think>") :]
-    return text
-
-
-def _to_float(token: str) -> float:
-    t = token.lower()
-    if t.isdigit():
-        return float(t)  # float(str) saturates to inf; float(int) of a huge int would raise
-    return float(_UNITS.get(t, _TENS.get(t, math.nan)))
-
-
-def _match_value(m: re.Match[str]) -> float:
-    if m.group("digits"):
-        return float(m.group("digits"))
-    if m.group("tens"):
-        return float(_TENS[m.group("tens").lower()] + (_UNITS[m.group("unit").lower()] if m.group("unit") else 0))
-    if m.group("word"):
-        return float(_UNITS.get(m.group("word").lower(), _TENS.get(m.group("word").lower(), math.nan)))
-    return 0.0  # "none"
-
-
-def _attribute_counts(body: str, attribute: Sequence[str] | str | None) -> list[tuple[int, float]]:
+def _attribute_counts(body: str, attribute: Sequence[str] | str | None) -> list[Number]:
     if not attribute:
         return []
     names = [attribute] if isinstance(attribute, str) else list(attribute)
     alt = "|".join(re.escape(a) for a in sorted(set(names), key=len, reverse=True) if a)
     if not alt:
         return []
-    out: list[tuple[int, float]] = []
+    out: list[Number] = []
     for m in re.finditer(rf"\bno\s+(?:{alt})\b", body, re.IGNORECASE):
-        out.append((m.start(), 0.0))
+        out.append(Number(m.start(), m.end(), 0, "count", True))
     for m in re.finditer(rf"\b(?:a|an)\s+(?:single\s+)?(?:{alt})\b", body, re.IGNORECASE):
-        out.append((m.start(), 1.0))
-    return out
-
-
-def _distinct(values: Sequence[float]) -> list[float]:
-    out: list[float] = []
-    for v in values:
-        if not math.isnan(v) and v not in out:
-            out.append(v)
+        out.append(Number(m.start(), m.end(), 1, "count", True))
     return out
 
 
@@ -276,11 +252,7 @@ class MaskSpace(spaces.Space[np.ndarray]):
         return isinstance(other, MaskSpace) and other.max_side == self.max_side
 
 
-@create_shared_memory.register(MaskSpace)
-def _no_shared_memory(space: Any, n: int = 1, ctx: Any = None) -> Any:
-    from gymnasium.error import CustomSpaceError
-
-    raise CustomSpaceError("MaskSpace cannot live in shared memory; use AsyncVectorEnv(..., shared_memory=False)")
+shm.register_bytes_space(MaskSpace, lambda sp: sp.max_side * sp.max_side, shm.encode_array, shm.decode_array)
 
 
 class CounterCountEnv(gym.Env):
@@ -295,7 +267,8 @@ class CounterCountEnv(gym.Env):
     ## Action Space
     ``MessageSpace``: the model's reply text (or a ``Reply`` carrying text, usage and cost).
     The count is extracted strictly: ``ANSWER:`` lines, else digits and number words (MCQ options
-    are words); several incompatible numbers are no answer.
+    are words); several incompatible numbers are no answer. A programmatic policy may instead
+    return a typed ``Answer(count=N)`` (alone or as ``Reply.action``), taken as is.
 
     ## Observation Space
     | key      | space         | content                                                   |
@@ -336,6 +309,48 @@ class CounterCountEnv(gym.Env):
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 1}
 
+    # --- task hooks (read by ``countgym.tasks``; see the module docstring there) ---
+    task: ClassVar[str] = "countercount"
+    MEDIA: ClassVar[str] = "image"
+    """What each stimulus must have on disk: an ``image`` or sampled ``frames``."""
+    CELL_OPTIONS: ClassVar[frozenset[str]] = frozenset(
+        {"question", "cue", "generic", "blur", "blur_radius", "feather", "kind", "reward", "attention"}
+    )
+
+    @classmethod
+    def claims_dataset(cls, dataset: str) -> bool:
+        """The ``countercount`` battery and folders whose manifest holds CounterCount pairs."""
+        if str(dataset) == "countercount":
+            return True
+        head = manifest_head(str(dataset))
+        meta = (head or {}).get("meta") or {}
+        return meta.get("battery") == "countercount" or ("pair_id" in meta and meta.get("kind") in ("factual", "cf"))
+
+    @classmethod
+    def load_dataset(cls, dataset: str) -> Dataset:
+        """The battery, a dataset folder or the root of the released CounterCount data."""
+        from countgym.scenes.counterfactual import resolve_countercount
+
+        return resolve_countercount(dataset)
+
+    @classmethod
+    def cell_options(
+        cls, *, tools: Sequence[str] | None = None, budget: int | None = None, **options: Any
+    ) -> dict[str, Any]:
+        """Environment options for a policy that is not a CounterCount arm: the question format
+        and the interventions (``question``, ``cue``, ``generic``, ``blur``, ...)."""
+        from countgym.errors import UserError
+
+        options = {k: v for k, v in options.items() if v is not None}
+        options.pop("thinking", None)
+        bad = set(options) - cls.CELL_OPTIONS
+        if bad or tools is not None or budget is not None:
+            raise UserError(
+                f"CounterCount takes only {', '.join(sorted(cls.CELL_OPTIONS))}; "
+                f"got {sorted(bad) or 'tools/budget'}"
+            )
+        return options
+
     def __init__(
         self,
         dataset: str | Dataset = "countercount",
@@ -372,6 +387,8 @@ class CounterCountEnv(gym.Env):
             pool = [sid for sid in pool if self.dataset[sid].meta.get("kind") == kind]
         if not pool:
             raise ValueError("the stimulus selection is empty")
+        if generic:
+            _check_generic_categories(self.dataset, pool)
         self._pool = pool
         self.kind, self.question_format = kind, question
         self.cue, self.generic, self.blur = bool(cue), bool(generic), bool(blur)
@@ -390,7 +407,7 @@ class CounterCountEnv(gym.Env):
         if self.expose_region:
             obs["region"] = MaskSpace(MAX_LONG_SIDE)
         self.observation_space = spaces.Dict(obs)
-        self.action_space = MessageSpace()
+        self.action_space = MessageSpace(accepts=(Reply,))
 
         self.state: EpisodeState | None = None
         self.stimulus: Stimulus | None = None
@@ -430,17 +447,25 @@ class CounterCountEnv(gym.Env):
         st, stim = self.state, self.stimulus
         rec = StepRecord(index=0)
         terminated = truncated = False
+        # The reply is stored and parsed within REPLY_LIMIT (its tail); a non-string is not a reply.
+        text: Any = action
         if isinstance(action, Reply):
             rec.usage, rec.cost, rec.latency_s = action.usage, action.cost, action.latency_s
-            rec.reply = action.text
-        else:
-            rec.reply = action if isinstance(action, str) else str(action)
+            text = action.text
+        if isinstance(text, str):
+            text = set_reply(rec, text)
+        typed = action if isinstance(action, Answer) else getattr(action, "action", None)
         if isinstance(action, Reply) and action.error is not None:
             st.end, st.error = "error", action.error
             truncated = True
+        elif isinstance(typed, Answer):
+            # A programmatic policy's typed answer: no text to extract a count from.
+            rec.action = {"tool": "answer", "count": typed.count, "method": "typed answer"}
+            st.answer, st.end = typed.count, "answer"
+            terminated = True
         else:
             ex = extract_count(
-                rec.reply or "", options=self.question.option_words if self.question else None,
+                text, options=self.question.option_words if self.question else None,
                 attribute=(stim.obj, stim.obj_sing),
             )
             self.extraction = ex
@@ -495,6 +520,7 @@ class CounterCountEnv(gym.Env):
             image_size=st.original.size,
             stimulus_size=self._episode["stored_size"],
             template_hash=tpl.TEMPLATE_HASH,
+            extracted_by=None if st.end in (None, "error") else ("rule" if st.answer is not None else "none"),
         )
 
     def options(self) -> dict[str, Any]:
@@ -567,3 +593,22 @@ def outcome(answer: int | None, stimulus: Stimulus) -> str:
 def _truth(stim: Stimulus) -> dict[str, Any]:
     m = stim.meta
     return {"n": stim.n, "canonical_count": m.get("canonical_count"), "cf_count": m.get("cf_count"), "kind": m.get("kind")}
+
+
+def _check_generic_categories(dataset: Dataset, pool: Sequence[str]) -> None:
+    """Every stimulus of the pool has a category with a generic name (Appendix C.4), checked
+    before any episode; the first unknown label is named in one line."""
+    from countgym.errors import UserError
+
+    seen: set[str] = set()
+    for sid in pool:
+        label = str(dataset[sid].meta.get("category") or "")
+        if label in seen:
+            continue
+        seen.add(label)
+        if not label.strip():
+            raise UserError(f"stimulus {sid!r} has no meta.category: the generic-name intervention needs one")
+        try:
+            tpl.generic_name(label)
+        except UserError as e:
+            raise UserError(f"{e} (stimulus {sid!r})") from None

@@ -88,8 +88,22 @@ def number_word(n: int) -> str:
 
 
 def generic_name(category: str) -> str:
-    """The generic subject name of a category (Appendix C.4); unknown categories: "object"."""
-    return GENERIC_NAMES.get(category, "object")
+    """The generic subject name of a category (Appendix C.4).
+
+    The label is normalised first (case, separators, plural: "Symbols" -> "symbol", "birds" ->
+    "animal"). An unknown category raises ``UserError`` naming it: a silent default such as
+    "object" would put a wrong word in the prompt and mislabel the run.
+    """
+    from countgym.errors import UserError
+    from countgym.scenes.counterfactual.categories import canonical_category
+
+    canonical = canonical_category(category)
+    if canonical is None or canonical not in GENERIC_NAMES:
+        raise UserError(
+            f"unknown CounterCount category {category!r}: the generic-name intervention knows "
+            f"{', '.join(GENERIC_NAMES)} (case and plural are ignored)"
+        )
+    return GENERIC_NAMES[canonical]
 
 
 def fill_question(template: str, *, anomaly: str, anomaly_plural: str, name: str, options: str = "") -> str:

@@ -3,6 +3,7 @@ the episode record, so the image, video and CounterCount environments log identi
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -52,6 +53,27 @@ def fit_long_side(img: Image.Image, max_side: int) -> Image.Image:
     return img.resize(size, Image.Resampling.LANCZOS)
 
 
+REPLY_LIMIT = 65_536
+"""Characters of a reply an environment parses and stores: the last ``REPLY_LIMIT`` (where a
+final answer is); a longer reply is kept as this tail plus its full length and SHA-256."""
+
+
+def bound_reply(text: str) -> tuple[str, int | None, str | None]:
+    """``(kept, full_length, sha256)``: the reply's last ``REPLY_LIMIT`` characters, and for a
+    longer reply its length and hash (else ``None, None``)."""
+    if len(text) <= REPLY_LIMIT:
+        return text, None, None
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return text[-REPLY_LIMIT:], len(text), digest
+
+
+def set_reply(rec: StepRecord, text: str) -> str:
+    """Store a reply in a step record within ``REPLY_LIMIT``; return the part to parse."""
+    kept, full, digest = bound_reply(text)
+    rec.reply, rec.reply_chars, rec.reply_sha256 = kept, full, digest
+    return kept
+
+
 def new_episode(seed: int | None, options: dict[str, Any], **extra: Any) -> dict[str, Any]:
     """The per-episode bookkeeping an environment keeps from ``reset`` to the record."""
     return {
@@ -75,6 +97,7 @@ def build_record(
     stimulus_size: tuple[int, int] | None,
     template_hash: str,
     tags: Sequence[tuple[float, float]] = (),
+    extracted_by: str | None = None,
 ) -> EpisodeRecord:
     """The ``EpisodeRecord`` of an environment's current episode (truth only once it ended).
 
@@ -101,9 +124,33 @@ def build_record(
         answer=answer,
         end=end or "error",  # type: ignore[arg-type]
         error=error,
+        extracted_by=extracted_by,  # type: ignore[arg-type]
         truth=Truth(n=stim.n) if ended else None,
         countgym_version=countgym.__version__,
         template_hash=template_hash,
         started_at=ep["started_at"],
         finished_at=utcnow(),
     )
+
+
+def manifest_head(name: str) -> dict[str, Any] | None:
+    """The first record of a dataset folder's ``manifest.jsonl`` (``FOLDER`` or
+    ``FOLDER:SUBSET``), or None when ``name`` is no such folder. Tasks use it to claim datasets."""
+    import json
+    from pathlib import Path
+
+    for candidate in (name, name.rpartition(":")[0]):
+        if not candidate:
+            continue
+        path = Path(candidate).expanduser() / "manifest.jsonl"
+        try:
+            if not path.is_file():
+                continue
+            with path.open(encoding="utf-8") as f:
+                for line in f:
+                    if line.strip():
+                        head = json.loads(line)
+                        return head if isinstance(head, dict) else None
+        except (OSError, ValueError):
+            return None
+    return None

@@ -1,23 +1,37 @@
-"""Strict extraction of one count from a free-text reply (single-step environments).
+"""Reading one count out of a free-text reply: the count grammar of every task, and the rules
+of the single-step video environment (*CountVideoBench*, Section 5.1).
 
-Shared by the video and counterfactual environments. The rules, in order:
+**The count grammar** (one definition for all tasks; ``scan_numbers``, ``parse_count``). A count
+is a whole number written with digits (``12``, ``1,000``) or in words (``zero`` ... ``nineteen``,
+the tens, ``twenty-one``, ``a hundred``, ``one hundred and five``), from 0 to ``MAX_COUNT``.
+Not a count, and recorded as such: a negative number (``-1``), a decimal (``7.5``), an exponent
+(``1e20``), a hexadecimal number (``0x10``), a number above ``MAX_COUNT`` and anything that is not
+a string. Digits glued to letters (``3D``, ``10s``, ``1st``) are not a number mention at all.
 
-1. Reasoning blocks (``<think>...</think>``) and markdown emphasis are removed; an echo of the
-   question (``question=``, matched case- and whitespace-insensitively) is cut out.
-2. If the reply has ``ANSWER:`` parts (also ``Final answer:``, ``answer =``), the last one decides
-   (the rest of its line): exactly one distinct number in it is the count; none or several is no
-   answer. This matches the image environment, where the last ``ANSWER:`` wins.
-3. Otherwise every number mention counts: digits (``12``, ``1,000``), number words (zero to
-   nineteen, the tens, compounds such as ``twenty-one``/``twenty one``, ``a hundred``/``one hundred``
-   and ``... hundred and five``). Not counted: ordinals (``1st``, ``third``), list markers at a
-   line start (``1. ...``), ``one`` as a pronoun (``one of``, ``each one``, ``no one``).
-4. One distinct value is the count; several incompatible values (ranges, hedges, per-frame
-   tallies) are no answer; a decimal, a bound (``more than 20``, ``20+``) or no number at all is
-   no answer.
-5. With ``options`` (MCQ), a run of three or more options in a row is taken as an echo of the
-   option list and ignored, and a count that is not one of the options is no answer.
+**The video rules.** CountVideoBench extracts "the integer when one can be unambiguously
+identified and NaN otherwise" (Section 5.1), with a model parser for the free-form replies. The
+rules here take every reply whose count can be read without a model; the rest (``value=None``)
+can go to the optional model parser at audit time (``countgym audit --parser MODEL``).
 
-The result always says why (``reason``), so the episode log records how the count was read.
+1. Reasoning blocks (``<think>...</think>``) and markdown emphasis are removed, and an echo of
+   the question is cut out.
+2. Numbers that are not counts of the queried object are set aside: frame, row, step and time
+   indices (``frame 3``, ``frames 1-10``, ``0:05``), quantities with a unit (``10 frames``,
+   ``2.5 seconds``, ``3 of the 10 frames``, ``50%``), ordinals (``3rd``, ``third``), list markers
+   at a line start (``1. ...``), ``one`` as a pronoun (``one of``, ``each one``) and, when the
+   queried object is known, counts of another object (``3 blue spheres`` when asked for red
+   cubes).
+3. ``ANSWER:`` lines (also ``Final answer:``) win; the last one decides: exactly one count in it.
+4. Otherwise the last count in a total or final phrase (``in total there are 23``, ``a total of
+   23``, ``the answer is 23``, ``23 ... altogether``) decides.
+5. Otherwise the counts bound to the queried object (``23 red cubes``, ``no red cubes``; a bare
+   ``None.`` is 0) decide when they agree; per-frame tallies that disagree are no answer.
+6. Otherwise the remaining numbers decide when they agree (``23.``); several incompatible values,
+   a bound (``more than 20``, ``20+``) or a number that is not a count (``7.5``) is no answer.
+7. With ``options`` (MCQ), a run of three or more options in a row is an echo of the option list
+   and is ignored, and a count that is not one of the options is no answer.
+
+The result always says why (``reason``). Every step is linear in the length of the text.
 """
 
 from __future__ import annotations
@@ -25,6 +39,13 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, Literal
+
+MAX_COUNT = 1_000_000
+"""The largest count any task accepts; a larger number is recorded as out of range."""
+_MAX_DIGITS = len(str(MAX_COUNT))
+
+NumberKind = Literal["count", "negative", "decimal", "exponent", "hex", "out_of_range"]
 
 _UNITS = {
     "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
@@ -43,104 +64,83 @@ _ORDINAL_WORDS = (
 )
 _UNIT_RE = "|".join(sorted(_UNITS, key=len, reverse=True))
 _TENS_RE = "|".join(sorted(_TENS, key=len, reverse=True))
-# A number word phrase: [unit|tens[-unit]] [hundred [and] [tens[-unit]|unit]] or tens[-unit].
-_BELOW_100 = rf"(?:(?:{_TENS_RE})(?:[\s-]+(?:{_UNIT_RE}))?|(?:{_UNIT_RE}))"
-_WORD_NUM = re.compile(
-    rf"\b(?:(?:a|one|{_UNIT_RE})[\s-]+hundred(?:[\s-]+(?:and[\s-]+)?{_BELOW_100})?|{_BELOW_100})\b",
+_BELOW_100 = rf"(?:(?:{_TENS_RE})(?:[ \t-]+(?:{_UNIT_RE}))?|(?:{_UNIT_RE}))"
+# One scanner for every number mention: a hex literal, a (signed, decimal, exponent) digit
+# token with what is glued to it, or a number-word phrase. Each alternative is anchored on a
+# token start and never backtracks over more than its own token, so ``finditer`` is linear.
+_NUMBER = re.compile(
+    r"(?P<hex>(?<![\w.])0[xX][0-9a-fA-F]+\b)"
+    r"|(?P<num>(?:(?<![\w.\-+])(?P<sign>[-+\u2212]))?(?<![\w.])"
+    r"(?P<int>(?<!\d,)\d{1,3}(?:,\d{3})++(?![\d,])|\d+)(?P<frac>\.\d+)?(?P<exp>[eE][-+]?\d+)?)"
+    r"(?P<glued>[^\W\d]\w*|\d\w*)?"
+    rf"|(?P<word>\b(?:(?:a|one|{_UNIT_RE})[ \t-]+hundred(?:[ \t-]+(?:and[ \t-]+)?{_BELOW_100})?"
+    rf"|{_BELOW_100})\b)",
     re.IGNORECASE,
 )
-_DIGITS = re.compile(r"(?<![\w.])(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?(?:(st|nd|rd|th)\b)?")
-_ANSWER_LINE = re.compile(r"\b(?:final\s+)?answer\s*(?:is\s*)?[:=]\s*([^\n]*)", re.IGNORECASE)
-_THINK = re.compile(r"<think>.*?(?:</think>|$)", re.IGNORECASE | re.DOTALL)
-_LIST_MARKER = re.compile(r"^\s*\d+[.)]\s+\S", re.MULTILINE)
-_PRONOUN_ONE = re.compile(
-    r"\b(?:each|every|no|any|the|this|that|which|some|another)\s+one\b|\bone\s+(?:of|another|by)\b",
-    re.IGNORECASE,
-)
-_BOUND_BEFORE = re.compile(
-    r"(?:more|fewer|less|greater)\s+than\s*$|(?:at\s+least|at\s+most|over|under|up\s+to|above|below)\s*$",
-    re.IGNORECASE,
-)
-_SEPARATOR = re.compile(r"^\s*(?:,|/|or|and|,\s*or|,\s*and)?\s*$", re.IGNORECASE)
+_ORDINAL_SUFFIX = re.compile(r"(?:st|nd|rd|th)$", re.IGNORECASE)
+_ORDINAL_AFTER = re.compile(rf"[ \t-]*(?:{_ORDINAL_WORDS})\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
-class ExtractResult:
-    """The extracted count (None = no answer) and why."""
+class Number:
+    """One number mention: where it is, its value when it is a count, and its kind."""
 
-    value: int | None
-    reason: str
-
-
-@dataclass(frozen=True)
-class _Mention:
     start: int
     end: int
     value: int | None
-    """None for a mention that cannot be a count (a decimal)."""
-    bound: bool = False
+    """The count (None unless ``kind == "count"``)."""
+    kind: NumberKind
+    word: bool = False
+    """Written in words."""
 
 
-def extract_count(
-    text: str | None,
-    *,
-    options: Sequence[int] | None = None,
-    question: str | None = None,
-) -> ExtractResult:
-    """The one count a reply commits to, or ``None`` with the reason (see the module rules)."""
-    if text is None or not text.strip():
-        return ExtractResult(None, "empty reply")
-    body = _clean(text, question)
-    lines = _ANSWER_LINE.findall(body)
-    if lines:
-        mentions = _mentions(lines[-1], options)
-        return _decide(mentions, options, where="answer line", empty="answer line without a number")
-    return _decide(_mentions(body, options), options, where="reply", empty="no number in the reply")
+def parse_count(token: Any) -> tuple[int | None, NumberKind | str]:
+    """One token under the count grammar: ``(value, "count")`` or ``(None, why)``.
+
+    Accepts an ``int`` (not a bool) or a string holding exactly one number mention."""
+    if isinstance(token, bool) or not isinstance(token, int | str):
+        return None, f"not a count ({type(token).__name__})"
+    if isinstance(token, int):
+        return (token, "count") if 0 <= token <= MAX_COUNT else (None, "negative" if token < 0 else "out_of_range")
+    text = token.strip()
+    found = scan_numbers(text)
+    if len(found) != 1 or found[0].start != 0 or found[0].end != len(text):
+        return None, "not a count"
+    return found[0].value, found[0].kind
 
 
-def _clean(text: str, question: str | None) -> str:
-    body = _THINK.sub(" ", text)
-    body = body.replace("**", "").replace("__", "").replace("`", "")
-    if question:
-        words = [re.escape(w) for w in question.split()]
-        if words:
-            body = re.sub(r"\s+".join(words), " ", body, flags=re.IGNORECASE)
-    return body
-
-
-def _mentions(text: str, options: Sequence[int] | None) -> list[_Mention]:
-    out: list[_Mention] = []
-    taken = [False] * (len(text) + 1)
-    skip_spans = [m.span() for m in _PRONOUN_ONE.finditer(text)]
-    markers = {
-        m.start() + len(m.group(0)) - len(m.group(0).lstrip()) for m in _LIST_MARKER.finditer(text)
-    }
-    for m in _WORD_NUM.finditer(text):
-        if any(a <= m.start() < b for a, b in skip_spans) and m.group(0).lower() == "one":
+def scan_numbers(text: str) -> list[Number]:
+    """Every number mention in ``text``, in order (see the module's grammar). Linear time."""
+    out: list[Number] = []
+    for m in _NUMBER.finditer(text):
+        if m.group("hex"):
+            out.append(Number(m.start(), m.end(), None, "hex"))
             continue
-        out.append(
-            _Mention(m.start(), m.end(), _word_value(m.group(0)), _is_bound(text, m.start()))
-        )
-        for i in range(m.start(), m.end()):
-            taken[i] = True
-    for m in _DIGITS.finditer(text):
-        if taken[m.start()] or m.group(3):  # inside a word number, or an ordinal (1st, 2nd)
+        if m.group("word"):
+            if _ORDINAL_AFTER.match(text, m.end()) and "-" in text[m.end() : m.end() + 1]:
+                continue  # "twenty-first"
+            out.append(Number(m.start(), m.end(), _word_value(m.group("word")), "count", True))
             continue
-        if m.start() in markers:
-            continue  # "1. ..." at a line start is a list marker
-        if text[m.end() : m.end() + 1] == "+":
-            out.append(_Mention(m.start(), m.end() + 1, int(m.group(1).replace(",", "")), True))
-            continue
-        value = None if m.group(2) else int(m.group(1).replace(",", ""))
-        out.append(_Mention(m.start(), m.end(), value, _is_bound(text, m.start())))
-    out.sort(key=lambda x: x.start)
-    if options:
-        out = _drop_option_echo(text, out, set(options))
+        glued = m.group("glued")
+        if glued and not (m.group("exp") and glued.isdigit()):
+            continue  # "3D", "10s", "1st": not a number mention
+        digits = m.group("int").replace(",", "")
+        kind: NumberKind = "count"
+        if m.group("sign") in ("-", "\u2212"):
+            kind = "negative"
+        elif m.group("exp"):
+            kind = "exponent"
+        elif m.group("frac"):
+            kind = "decimal"
+        elif len(digits.lstrip("0")) > _MAX_DIGITS or int(digits) > MAX_COUNT:
+            kind = "out_of_range"  # the length test first: int() of a huge string is slow
+        value = int(digits) if kind == "count" else None
+        out.append(Number(m.start(), m.end(), value, kind))
     return out
 
 
 def _word_value(phrase: str) -> int:
-    words = [w for w in re.split(r"[\s-]+", phrase.lower()) if w and w != "and"]
+    words = [w for w in re.split(r"[ \t-]+", phrase.lower()) if w and w != "and"]
     total, current = 0, 0
     for w in words:
         if w == "hundred":
@@ -155,8 +155,266 @@ def _word_value(phrase: str) -> int:
     return total + current
 
 
-def _is_bound(text: str, start: int) -> bool:
-    return bool(_BOUND_BEFORE.search(text[max(0, start - 20) : start]))
+# =========================================================================== the video rules
+@dataclass(frozen=True)
+class ExtractResult:
+    """The extracted count (None = no answer), why, and which rule decided."""
+
+    value: int | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class Target:
+    """The queried object: its noun (singular) and optional colour, e.g. ``Target("cube", "red")``."""
+
+    noun: str
+    color: str | None = None
+
+    @property
+    def nouns(self) -> tuple[str, ...]:
+        n = self.noun.lower()
+        plural = n[:-1] + "ies" if n.endswith("y") else n + ("es" if n.endswith(("s", "x", "ch", "sh")) else "s")
+        return (n, plural)
+
+
+_COLOR_WORDS = frozenset(
+    "red blue green yellow purple orange pink brown black white gray grey cyan magenta violet "
+    "golden silver teal".split()
+)
+_ADJECTIVES = frozenset(
+    "small large big tiny little visible distinct different separate individual unique total "
+    "identical solid shiny matte metallic rubber bright dark light other more additional "
+    "moving rotating static stationary full complete whole 3d clearly".split()
+)
+_LINK_WORDS = frozenset("of which are is were them these those that being".split())
+_GENERIC_NOUNS = frozenset("objects object items item things thing shapes shape ones instances pieces".split())
+_SHAPE_NOUNS = frozenset(
+    "cube cubes sphere spheres ball balls cylinder cylinders cone cones pyramid pyramids torus "
+    "tori box boxes block blocks prism prisms disc discs disk disks ring rings star stars".split()
+)
+_THINK = re.compile(r"<think>.*?(?:</think>|$)", re.IGNORECASE | re.DOTALL)
+_ANSWER_LINE = re.compile(r"\b(?:final\s+)?answer\b[ \t]*(?:is[ \t]*)?[:=][ \t]*([^\n]*)", re.IGNORECASE)
+_LIST_MARKER = re.compile(r"^[ \t]*\d+[.)][ \t]+\S", re.MULTILINE)
+_PRONOUN_ONE = re.compile(
+    r"\b(?:each|every|no|any|the|this|that|which|some|another)\s+(one)\b|\b(one)\s+(?:of|another|by|after)\b",
+    re.IGNORECASE,
+)
+_WINDOW = 48
+_UNIT_AFTER = re.compile(
+    r"[ \t]*(?:-[ \t]*)?(?:sampled[ \t]+|video[ \t]+|different[ \t]+|key[ \t]*)?(?:frames?|seconds?|secs?|s\b|minutes?|mins?|"
+    r"ms\b|fps|hz|%|percent|per[ \t]?cent|degrees?|\u00b0|times|x\b|px|pixels?|rows?|columns?|"
+    r"cols?|cm|mm|m\b|meters?|metres?|inch(?:es)?|fold|steps?|images?|views?|clips?)"
+    r"|[ \t]+of[ \t]+(?:the[ \t]+|all[ \t]+)?(?:\d+|[a-z]+)[ \t]+(?:sampled[ \t]+)?frames\b"
+    r"|:\d",
+    re.IGNORECASE,
+)
+_INDEX_BEFORE = re.compile(
+    r"(?:\bframes?|\brows?|\bcolumns?|\bcols?|\bsteps?|\bimages?|\bclips?|\bviews?|#|\bno\.|"
+    r"\bt[ \t]*=|\bseconds?|\bminutes?|\bpart|\bphase|\bstage)[ \t]*$|\d:$",
+    re.IGNORECASE,
+)
+_HEDGE_JOIN = re.compile(r"[ \t]*(?:-|\u2013|to|or|and|,|,[ \t]*or)[ \t]*", re.IGNORECASE)
+_RANGE_JOIN = re.compile(r"[ \t]*(?:-|\u2013|to|through)[ \t]*$", re.IGNORECASE)
+_BOUND_BEFORE = re.compile(
+    r"(?:(?:more|fewer|less|greater)[ \t]+than|at[ \t]+least|at[ \t]+most|over|under|up[ \t]+to|above|below)[ \t]*$",
+    re.IGNORECASE,
+)
+_TOTAL_BEFORE = re.compile(
+    r"(?:\btotal(?:[ \t]+(?:of|count|number|is|was|comes[ \t]+to))*|\bin[ \t]+total|\baltogether|\bin[ \t]+all|"
+    r"\boverall|\bfinal[ \t]+(?:count|answer|tally|number)(?:[ \t]+(?:is|was))?|\banswer[ \t]+(?:is|would[ \t]+be)|"
+    r"\bcount[ \t]+(?:is|was)|\bsum[ \t]+(?:is|of)|(?:\bnumber|\bcount)[ \t]+of[ \t]+[a-z \t-]{1,40}?[ \t]+(?:is|was))"
+    r"[ \t]*[:=,]?[ \t]*(?:there[ \t]+(?:are|is|were)[ \t]+)?(?:exactly[ \t]+|only[ \t]+)?$",
+    re.IGNORECASE,
+)
+_TOTAL_AFTER = re.compile(
+    r"(?:[ \t]+[a-z-]+){0,4}?[ \t]*,?[ \t]*(?:in[ \t]+total|altogether|in[ \t]+all|overall|total)\b",
+    re.IGNORECASE,
+)
+_BOUND_WORDS = ("than", "least", "most", "over", "under", "up", "above", "below")
+_TOTAL_WORDS = ("total", "all", "overall", "answer", "count", "sum", "number", "tally")
+_QUESTION_OBJECT = re.compile(
+    r"\b(?:how\s+many|count\s+the|total\s+number\s+of)\s+(?:([a-z]+)\s+)?([a-z]+)s\b", re.IGNORECASE
+)
+_NONE_REPLY = re.compile(r"\W*(?:there\s+are\s+|i\s+see\s+)?none(?:\s+at\s+all)?\W*", re.IGNORECASE)
+_SEPARATOR = re.compile(r"^\s*(?:,|/|or|and|,\s*or|,\s*and)?\s*$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class _Mention:
+    number: Number
+    ignored: bool = False
+    bound: bool = False
+    """A bound (``more than 20``), not a count."""
+    noun: str = "none"
+    """``target``, ``other``, ``generic`` or ``none``: the noun the number counts."""
+    total: bool = False
+
+    @property
+    def value(self) -> int | None:
+        return self.number.value
+
+
+def extract_count(
+    text: Any,
+    *,
+    options: Sequence[int] | None = None,
+    question: str | None = None,
+    target: Target | None = None,
+) -> ExtractResult:
+    """The one count a reply commits to, or ``None`` with the reason (see the module rules).
+
+    ``target`` names the queried object, so counts of other objects are set aside; without
+    it, the object is read from ``question`` when it has the CountVideoBench form."""
+    if text is None:
+        return ExtractResult(None, "empty reply")
+    if not isinstance(text, str):
+        return ExtractResult(None, f"not a text reply ({type(text).__name__})")
+    if not text.strip():
+        return ExtractResult(None, "empty reply")
+    if target is None and question:
+        target = target_from_question(question)
+    body = _clean(text, question)
+    if _NONE_REPLY.fullmatch(body):
+        return ExtractResult(0, "the reply is 'none'")
+    lines = [m for m in _ANSWER_LINE.finditer(body)]
+    if lines:
+        line = lines[-1]
+        mentions = _mentions(body, options, target, span=line.span(1))
+        return _decide_plain(mentions, options, where="answer line", empty="answer line without a number")
+    mentions = _mentions(body, options, target)
+    live = [m for m in mentions if not m.ignored]
+    totals = [m for m in live if m.total and m.noun in ("target", "none")]
+    if totals:
+        return _decide_plain([totals[-1]], options, where="total phrase", empty="")
+    bound = [m for m in live if m.noun == "target"]
+    if bound:
+        return _decide_plain(bound, options, where="counts of the queried object", empty="")
+    rest = [m for m in live if m.noun != "other"]
+    if not rest and any(m.noun == "other" for m in live):
+        return ExtractResult(None, "only counts of other objects in the reply")
+    return _decide_plain(rest, options, where="reply", empty="no number in the reply")
+
+
+def target_from_question(question: str) -> Target | None:
+    """The queried object of a CountVideoBench-style question ("How many red cubes ...",
+    "Count the red cubes ...", "... total number of red cubes ..."), or None."""
+    m = _QUESTION_OBJECT.search(question[:500])
+    if m is None:
+        return None
+    first, noun = (m.group(1) or "").lower(), m.group(2).lower()
+    return Target(noun, first if first in _COLOR_WORDS else None)
+
+
+def strip_reasoning(text: str) -> str:
+    """The reply without reasoning blocks; a block opened by the chat template (only a
+    closing ``</think>``) keeps what follows it."""
+    body = _THINK.sub(" ", text)
+    low = body.lower()
+    if "</think>" in low:
+        body = body[low.rfind("</think>") + len("</think>") :]
+    return body
+
+
+def _clean(text: str, question: str | None) -> str:
+    body = strip_reasoning(text)
+    body = body.replace("**", "").replace("__", "").replace("`", "")
+    if question:
+        words = [re.escape(w) for w in question.split()]
+        if words:
+            body = re.sub(r"\s+".join(words), " ", body, flags=re.IGNORECASE)
+    return body
+
+
+def _mentions(
+    text: str, options: Sequence[int] | None, target: Target | None, span: tuple[int, int] | None = None
+) -> list[_Mention]:
+    pronoun = {m.start(g) for m in _PRONOUN_ONE.finditer(text) for g in (1, 2) if m.group(g)}
+    markers = {m.start() + len(m.group(0)) - len(m.group(0).lstrip()) for m in _LIST_MARKER.finditer(text)}
+    out: list[_Mention] = []
+    prev_index_end = -1
+    for n in scan_numbers(text):
+        if span is not None and not (span[0] <= n.start < span[1]):
+            continue
+        if n.word and n.start in pronoun and text[n.start : n.end].lower() == "one":
+            continue
+        if n.start in markers:
+            continue  # "1. ..." at a line start
+        before = text[max(0, n.start - _WINDOW) : n.start]
+        after = text[n.end : n.end + _WINDOW]
+        noun = _noun_of(after, target)
+        tail = before.rstrip(" \t")[-1:]
+        ignored = bool(
+            (tail.isalpha() or tail in ("#", "=", ".", ":")) and tail != "" and _INDEX_BEFORE.search(before[-16:])
+            or _UNIT_AFTER.match(after)
+            or (
+                noun != "target"
+                and prev_index_end >= 0
+                and _RANGE_JOIN.fullmatch(text[prev_index_end : n.start])
+            )
+        )
+        if ignored:
+            prev_index_end = n.end
+            out.append(_Mention(n, ignored=True))
+            continue
+        prev_index_end = -1
+        if after.startswith("+"):
+            out.append(_Mention(n, bound=True))
+            continue
+        # Cheap substring tests first: most mentions need none of the context patterns.
+        low, low_after = before.lower(), after.lower()
+        total = bool(
+            (any(k in low for k in _TOTAL_WORDS) and _TOTAL_BEFORE.search(before))
+            or (("total" in low_after or "all" in low_after) and _TOTAL_AFTER.match(after))
+        )
+        bound = any(k in low for k in _BOUND_WORDS) and bool(_BOUND_BEFORE.search(before[-22:]))
+        out.append(_Mention(n, bound=bound, noun=noun, total=total))
+    # "20-25 red cubes", "4 or 5 red cubes": a range or hedge counts the noun after its last number.
+    for i in range(len(out) - 2, -1, -1):
+        a, b = out[i], out[i + 1]
+        if (
+            a.noun == "none" and b.noun != "none" and not a.ignored and not b.ignored
+            and _HEDGE_JOIN.fullmatch(text[a.number.end : b.number.start])
+        ):
+            out[i] = _Mention(a.number, bound=a.bound, noun=b.noun, total=a.total)
+    if target is not None and span is None:
+        out.extend(_no_target(text, target))
+        out.sort(key=lambda m: m.number.start)
+    if options:
+        out = _drop_option_echo(text, out, set(options))
+    return out
+
+
+def _noun_of(after: str, target: Target | None) -> str:
+    """What the number counts, from the words right after it."""
+    words = re.findall(r"[a-z0-9]+", after.lower())[:6]
+    colors: list[str] = []
+    for w in words:
+        if w in _COLOR_WORDS:
+            colors.append(w)
+            continue
+        if w in _ADJECTIVES or w in _LINK_WORDS:
+            continue
+        if target is not None and w in target.nouns:
+            if target.color and any(c != target.color.lower() for c in colors):
+                return "other"
+            return "target"
+        if w in _GENERIC_NOUNS:
+            return "generic"
+        if target is not None and (w in _SHAPE_NOUNS or colors):
+            return "other"
+        return "none"
+    return "none"
+
+
+def _no_target(text: str, target: Target) -> list[_Mention]:
+    """``no red cubes`` / ``zero cubes`` style statements: a count of 0 bound to the target."""
+    nouns = "|".join(re.escape(n) for n in target.nouns)
+    color = rf"(?:{re.escape(target.color)}[ \t]+)?" if target.color else ""
+    out = []
+    for m in re.finditer(rf"\bno[ \t]+{color}(?:{nouns})\b", text, re.IGNORECASE):
+        out.append(_Mention(Number(m.start(), m.start() + 2, 0, "count", True), noun="target"))
+    return out
 
 
 def _drop_option_echo(text: str, mentions: list[_Mention], options: set[int]) -> list[_Mention]:
@@ -169,7 +427,7 @@ def _drop_option_echo(text: str, mentions: list[_Mention], options: set[int]) ->
             j + 1 < len(mentions)
             and mentions[j].value in options
             and mentions[j + 1].value in options
-            and _SEPARATOR.match(text[mentions[j].end : mentions[j + 1].start])
+            and _SEPARATOR.match(text[mentions[j].number.end : mentions[j + 1].number.start])
         ):
             j += 1
         if j - i + 1 >= 3:
@@ -179,18 +437,20 @@ def _drop_option_echo(text: str, mentions: list[_Mention], options: set[int]) ->
     return [m for m, k in zip(mentions, keep, strict=True) if k]
 
 
-def _decide(
+def _decide_plain(
     mentions: list[_Mention], options: Sequence[int] | None, *, where: str, empty: str
 ) -> ExtractResult:
-    if not mentions:
-        return ExtractResult(None, empty)
-    if any(m.value is None for m in mentions):
-        return ExtractResult(None, f"non-integer number in the {where}")
-    values = sorted({m.value for m in mentions if m.value is not None})
+    live = [m for m in mentions if not m.ignored]
+    if not live:
+        return ExtractResult(None, empty or f"no number in the {where}")
+    bad = [m.number.kind for m in live if m.number.kind != "count"]
+    if bad:
+        return ExtractResult(None, f"not a count in the {where} ({bad[0].replace('_', ' ')})")
+    values = sorted({m.value for m in live if m.value is not None})
     if len(values) > 1:
         shown = ", ".join(str(v) for v in values[:6])
         return ExtractResult(None, f"several incompatible numbers in the {where} ({shown})")
-    if all(m.bound for m in mentions):
+    if all(m.bound for m in live):
         return ExtractResult(None, f"a bound, not a count, in the {where}")
     value = values[0]
     if options is not None and value not in set(options):

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
 import numpy as np
 from PIL import Image
 
+from countgym.envs import native_tools as nt
 from countgym.envs import templates as tpl
 from countgym.envs.actions import TOOLS, Answer, Crop, Erase, Grid, Reply, Tag, action_to_dict
 from countgym.envs.common import (
@@ -17,6 +18,7 @@ from countgym.envs.common import (
     new_episode,
     pick_stimulus_id,
     resolve_dataset_arg,
+    set_reply,
     stimulus_pool,
 )
 from countgym.envs.parser import ParseResult, parse_action
@@ -31,10 +33,13 @@ from countgym.stimulus import Dataset, Stimulus
 MAX_LONG_SIDE = 1024
 MAX_POINTS_PER_CALL = 100
 MAX_TAGS_PER_TRAJECTORY = 300
-MAX_INVALID_IN_A_ROW = 3
+MAX_REISSUES = 3
+"""Re-issue requests per run of invalid replies (Give the Model a Finger, App. C: "at most three
+times"); the next invalid reply in a row ends the episode."""
 TAG1_BUDGET = 80
 
 Prompt = Literal["tools", "direct", "cot", "list", "tiles"]
+Protocol = Literal["json", "native"]
 
 
 class CountImageEnv(gym.Env):
@@ -77,15 +82,17 @@ class CountImageEnv(gym.Env):
     ## Episode End
     - Termination: an ``answer`` action.
     - Truncation: the budget is spent and the one further request was not answered with a number
-      (the announced count is the number of tags, ``end="budget"``); three invalid replies in a row
-      (no count, ``end="invalid"``); a failed model call (``Reply.error``, ``end="error"``).
+      (the announced count is the number of tags, ``end="budget"``); a fourth invalid reply in a
+      row, after three re-issue requests (no count, ``end="invalid"``); a failed model call
+      (``Reply.error``, ``end="error"``).
 
     ## Information
     Every step: ``tags_added`` (pixels), ``tags_dropped``, ``calls_left``, ``view`` ("image" or
     "crop"), and ``action`` (the parsed action, JSON form) or ``parse_error`` (why the reply was
     invalid). Ground truth appears only once the episode has ended: ``truth`` (``{"n": ...}``),
-    ``stimulus_id``, ``end``, ``answer`` (absent when none was announced) and ``episode`` (the
-    full ``EpisodeRecord``). Keys are left out rather than set to None, so vector envs can batch
+    ``stimulus_id``, ``end``, ``answer`` (absent when none was announced) and ``episode_record``
+    (the full ``EpisodeRecord``). ``info["episode"]`` is left to Gymnasium's
+    ``RecordEpisodeStatistics``. Keys are left out rather than set to None, so vector envs can batch
     the info of sub-envs in different states.
 
     ## Arguments
@@ -93,14 +100,57 @@ class CountImageEnv(gym.Env):
     ``tools`` (enabled tools), ``budget`` (T, default 6; 80 with ``one_point_per_call``),
     ``verify`` (verification prompt), ``numbered`` (numbers vs plain marks),
     ``one_point_per_call`` (tag-1), ``order`` (None, "reading", "reverse"), ``perturb`` (None,
-    "remove", "add"), ``prompt`` ("tools", "direct", "cot", "list", "tiles"), ``reward``,
-    ``tool_cost``, ``arm`` and ``model`` (written into the episode record).
+    "remove", "add"), ``prompt`` ("tools", "direct", "cot", "list", "tiles"), ``protocol``
+    ("json": the paper's JSON action line, the default; "native": the same tools as OpenAI-style
+    function definitions, ``tool_schema()``, answered by a ``Reply`` with ``tool_calls``; the
+    first call is executed), ``reward``, ``tool_cost``, ``arm`` and ``model`` (written into the
+    episode record).
 
     ## Version History
     - v0: initial release.
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 1}
+
+    # --- task hooks (read by ``countgym.tasks``; see the module docstring there) ---
+    task: ClassVar[str] = "image"
+    MEDIA: ClassVar[str] = "image"
+    """What each stimulus must have on disk: an ``image`` or sampled ``frames``."""
+    CELL_OPTIONS: ClassVar[frozenset[str]] = frozenset(
+        {"tools", "budget", "extra_tools", "verify", "numbered", "order", "perturb",
+         "one_point_per_call", "prompt", "reward", "tool_cost", "thinking", "protocol"}
+    )
+
+    @classmethod
+    def claims_dataset(cls, dataset: str) -> bool:
+        """Every image dataset is this task's (it is the registry's fallback)."""
+        return True
+
+    @classmethod
+    def load_dataset(cls, dataset: str) -> Dataset:
+        """A battery name (``dotarrays:common``), a photo set or a dataset folder."""
+        from countgym.scenes import resolve_dataset
+
+        return resolve_dataset(dataset)
+
+    @classmethod
+    def cell_options(
+        cls, *, tools: Sequence[str] | None = None, budget: int | None = None, **options: Any
+    ) -> dict[str, Any]:
+        """Environment options for a policy that is not a baseline arm: the tag tool (plus
+        ``extra_tools``) unless ``tools`` is given, the budget, and the ablations."""
+        from countgym.errors import UserError
+
+        options = {k: v for k, v in options.items() if v is not None}
+        options.pop("thinking", None)  # a backend option of model arms
+        extra = options.pop("extra_tools", ())
+        unknown = set(options) - cls.CELL_OPTIONS
+        if unknown:
+            raise UserError(f"unknown option(s) {sorted(unknown)} for {cls.__name__}: use {sorted(cls.CELL_OPTIONS)}")
+        opts: dict[str, Any] = {"tools": list(tools) if tools is not None else ["tag", *extra], **options}
+        if budget is not None:
+            opts["budget"] = budget
+        return opts
 
     def __init__(
         self,
@@ -115,6 +165,7 @@ class CountImageEnv(gym.Env):
         order: Literal["reading", "reverse"] | None = None,
         perturb: Literal["remove", "add"] | None = None,
         prompt: Prompt = "tools",
+        protocol: Protocol = "json",
         reward: str | RewardFn = "exact",
         tool_cost: float = 0.0,
         arm: str = "custom",
@@ -136,8 +187,13 @@ class CountImageEnv(gym.Env):
             raise ValueError(f"perturb must be None, 'remove' or 'add', got {perturb!r}")
         if prompt not in ("tools", "direct", "cot", "list", "tiles"):
             raise ValueError(f"unknown prompt {prompt!r}")
+        if protocol not in ("json", "native"):
+            raise ValueError(f"protocol must be 'json' or 'native', got {protocol!r}")
+        if protocol == "native" and prompt != "tools":
+            raise ValueError(f"protocol 'native' is for the tool loop (prompt 'tools'), not {prompt!r}")
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
+        self.protocol: Protocol = protocol
         self.verify, self.numbered = bool(verify), bool(numbered)
         self.one_point_per_call, self.order, self.perturb = bool(one_point_per_call), order, perturb
         self.prompt: Prompt = prompt
@@ -150,7 +206,7 @@ class CountImageEnv(gym.Env):
         self.observation_space = gym.spaces.Dict(
             {"image": ImageSpace(MAX_LONG_SIDE), "text": MessageSpace(), "system": MessageSpace()}
         )
-        self.action_space = MessageSpace()
+        self.action_space = MessageSpace(accepts=(Reply, Tag, Crop, Erase, Grid, Answer))
 
         self.state: EpisodeState | None = None
         self.stimulus: Stimulus | None = None
@@ -186,11 +242,19 @@ class CountImageEnv(gym.Env):
             raise RuntimeError("the episode has ended (or never started); call reset()")
         st = self.state
         rec = StepRecord(index=len(self._steps))
+        # A reply is stored and parsed within REPLY_LIMIT (its tail); the rest is its length and hash.
+        to_parse: Any = action
         if isinstance(action, Reply):
             rec.usage, rec.cost, rec.latency_s = action.usage, action.cost, action.latency_s
-            rec.reply = action.text
+            text = set_reply(rec, action.text) if isinstance(action.text, str) else None
+            if action.action is None:
+                to_parse = text
+            if action.tool_calls and action.action is None:
+                rec.tool_calls = [dict(c) for c in action.tool_calls]
+                if self.protocol == "native":
+                    to_parse = nt.call_to_action(action.tool_calls[0])
         elif isinstance(action, str):
-            rec.reply = action
+            to_parse = set_reply(rec, action)
 
         reward = 0.0
         terminated = truncated = False
@@ -204,7 +268,10 @@ class CountImageEnv(gym.Env):
             truncated = True
             parsed = ParseResult(None, None)
         else:
-            parsed = parse_action(action, tools=self.tools)
+            if isinstance(to_parse, str) and rec.tool_calls and self.protocol == "native":
+                parsed = ParseResult(None, f"invalid tool call: {to_parse}")
+            else:
+                parsed = parse_action(to_parse, tools=self.tools)
             rec.action = action_to_dict(parsed.action) if parsed.action is not None else None
             rec.parse_error = parsed.error
 
@@ -221,10 +288,13 @@ class CountImageEnv(gym.Env):
             message = ""
         elif parsed.action is None:
             st.invalid_in_a_row += 1
-            message = tpl.INVALID.format(left=st.calls_left)
-            if self.prompt in ("direct", "cot", "list") or st.invalid_in_a_row >= MAX_INVALID_IN_A_ROW:
+            invalid = nt.NATIVE_INVALID if self.protocol == "native" else tpl.INVALID
+            message = invalid.format(left=st.calls_left)
+            if self.prompt in ("direct", "cot", "list") or st.invalid_in_a_row > MAX_REISSUES:
+                # Nothing more goes to the model: no re-issue request for this reply.
                 st.end, st.answer = "invalid", None
                 truncated = True
+                message = ""
         else:
             st.invalid_in_a_row = 0
             act = parsed.action
@@ -258,7 +328,10 @@ class CountImageEnv(gym.Env):
                     message = tmpl.format(left=st.calls_left)
                 if st.calls_left == 0:
                     st.awaiting_final = True
-                    message = f"{message} {tpl.BUDGET_EXHAUSTED.format()}"
+                    exhausted = (
+                        nt.NATIVE_BUDGET_EXHAUSTED if self.protocol == "native" else tpl.BUDGET_EXHAUSTED.format()
+                    )
+                    message = f"{message} {exhausted}"
 
         rec.message = message
         rec.calls_left = st.calls_left
@@ -286,7 +359,7 @@ class CountImageEnv(gym.Env):
                 stimulus_id=self.stimulus.id,  # type: ignore[union-attr]
                 end=st.end,
                 # The record as an object (not a dict), so vector envs keep it whole.
-                episode=self.episode_record(),
+                episode_record=self.episode_record(),
             )
             if st.answer is not None:
                 info["answer"] = st.answer
@@ -316,12 +389,15 @@ class CountImageEnv(gym.Env):
             ended=st.ended,
             image_size=st.original.size,
             stimulus_size=self._episode["stored_size"],
-            template_hash=tpl.TEMPLATE_HASH,
+            template_hash=nt.NATIVE_TEMPLATE_HASH if self.protocol == "native" else tpl.TEMPLATE_HASH,
             tags=st.tags,
         )
 
     def options(self) -> dict[str, Any]:
-        """The environment options as logged (enough to rebuild an identical environment)."""
+        """The environment options as logged (enough to rebuild an identical environment).
+
+        ``protocol`` appears only when it is "native", so JSON-protocol logs stay as they were."""
+        native = {"protocol": "native"} if self.protocol == "native" else {}
         return {
             "tools": list(self.tools),
             "budget": self.budget,
@@ -333,7 +409,16 @@ class CountImageEnv(gym.Env):
             "prompt": self.prompt,
             "reward": self.reward_name,
             "tool_cost": self.tool_cost,
+            **native,
         }
+
+    def tool_schema(self) -> list[dict[str, Any]]:
+        """The enabled tools as OpenAI-style function definitions (the native protocol's
+        ``tools=[...]``) for the current episode's object names."""
+        s = self.stimulus
+        if s is None:
+            raise RuntimeError("no episode; call reset()")
+        return nt.tool_schema(self.tools, s.obj, s.obj_sing)
 
     # ------------------------------------------------------------------ helpers
     def _system_text(self) -> str:
@@ -341,6 +426,8 @@ class CountImageEnv(gym.Env):
             return ""
         s = self.stimulus
         assert s is not None
+        if self.protocol == "native":
+            return nt.system_prompt(s.obj, s.obj_sing, self.tools, self.budget)
         return tpl.system_prompt(s.obj, s.obj_sing, self.tools, self.budget)
 
     def _first_text(self) -> str:

@@ -4,11 +4,15 @@ Model output is untrusted: ``parse_action`` never raises on any string. Rules (A
 the last JSON action in the reply wins; code fences are tolerated; a truncated tag/erase call is
 salvaged by extracting its ``[x, y]`` pairs; points outside [-5, 1005] are dropped and the rest
 clipped to [0, 1000]; non-numeric, NaN and infinite coordinates are dropped; a final
-``ANSWER: <integer>`` line counts as an answer when no JSON action is present.
+``ANSWER: <integer>`` line counts as an answer when no JSON action is present. Counts follow the
+count grammar of ``countgym.envs.extract`` (a whole number from 0 to ``MAX_COUNT``; negative,
+decimal, exponent and hexadecimal numbers, and non-integer JSON values, are invalid). Parsing is
+linear in the reply's length.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import re
@@ -18,17 +22,19 @@ from typing import Any
 from pydantic import ValidationError
 
 from countgym.envs.actions import ACTION_ADAPTER, TOOLS, Answer, Crop, Erase, Grid, Reply, Tag
+from countgym.envs.extract import MAX_COUNT, parse_count
 
 COORD_MIN, COORD_MAX = -5.0, 1005.0
 MAX_REPLY_CHARS = 200_000
-MAX_JSON_CANDIDATES = 64
-MAX_COUNT = 1_000_000
+_DECODE_WORK = 4
 
 _FENCE = re.compile(r"```[a-zA-Z0-9_-]*")
 _PAIR = re.compile(r"\[\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*,\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*\]")
 _TOOL_TAG = re.compile(r'"tool"\s*:\s*"(tag|erase)"')
 _REPLACE = re.compile(r'"mode"\s*:\s*"replace"')
-_ANSWER = re.compile(r"ANSWER\s*[:=]\s*\**\s*(-?\d+)\b", re.IGNORECASE)
+_ANSWER = re.compile(r"ANSWER\s*[:=]\s*\**\s*([^\s*]*)", re.IGNORECASE)
+_BRACE = re.compile(r"[{}]")
+_TOOL_KEY = re.compile(r'"tool"')
 
 
 @dataclass(frozen=True)
@@ -74,28 +80,47 @@ def _parse(reply: Any, tools: tuple[str, ...]) -> ParseResult:
         return _from_obj(salvaged, tools, salvaged=True)
     answers = _ANSWER.findall(text)
     if answers:
-        return _from_obj({"tool": "answer", "count": int(answers[-1])}, tools, salvaged=False)
+        return _from_obj({"tool": "answer", "count": answers[-1].rstrip(".,;!")}, tools, salvaged=False)
     return ParseResult(None, "no JSON action found")
 
 
 def _last_json_action(text: str) -> dict[str, Any] | None:
-    """The last decodable JSON object with a ``tool`` key; scans at most a bounded number of
-    candidate openings from the end so adversarial replies stay cheap."""
+    """The last decodable JSON object with a ``tool`` key, in time linear in the text.
+
+    One pass pairs every ``{`` with its ``}``; only paired openings whose span holds a
+    ``"tool"`` key are decoded, from the last one back, so stray braces (any number of them)
+    cost nothing. Decoding stops once it has read ``_DECODE_WORK`` times the text's length
+    (only deeply nested objects that each hold a ``"tool"`` key get there)."""
+    if "tool" not in text:
+        return None
+    closing: dict[int, int] = {}
+    stack: list[int] = []
+    for m in _BRACE.finditer(text):
+        if m.group() == "{":
+            stack.append(m.start())
+        elif stack:
+            closing[stack.pop()] = m.start()
+    if not closing:
+        return None
+    keys = [m.start() for m in _TOOL_KEY.finditer(text)]
+    if not keys:
+        return None
     decoder = json.JSONDecoder()
-    pos = len(text)
-    tried = 0
-    while tried < MAX_JSON_CANDIDATES:
-        start = text.rfind("{", 0, pos)
-        if start < 0:
+    budget = _DECODE_WORK * len(text) + 4096
+    for start in sorted(closing, reverse=True):
+        end = closing[start]
+        i = bisect.bisect_right(keys, start)
+        if i >= len(keys) or keys[i] > end:
+            continue  # no "tool" key inside this object
+        budget -= end - start + 1
+        if budget < 0:
             return None
-        tried += 1
         try:
             obj, _ = decoder.raw_decode(text, start)
         except (ValueError, RecursionError):
-            obj = None
+            continue
         if isinstance(obj, dict) and "tool" in obj:
             return obj
-        pos = start
     return None
 
 
@@ -164,13 +189,10 @@ def _from_obj(obj: dict[str, Any], tools: tuple[str, ...], *, salvaged: bool) ->
     if tool != "answer" and tool not in tools:
         return ParseResult(None, f"tool {tool!r} is not available in this episode")
     if tool == "answer":
-        c = obj.get("count")
-        if isinstance(c, str) and c.strip().lstrip("-").isdigit():
-            c = int(c.strip())
-        v = _num(c)
-        if v is None or v != int(v) or v < 0 or v > MAX_COUNT:
-            return ParseResult(None, "answer count must be a non-negative integer")
-        return ParseResult(Answer(count=int(v)))
+        value, kind = parse_count(obj.get("count"))
+        if value is None:
+            return ParseResult(None, f"answer count must be an integer from 0 to {MAX_COUNT} ({kind.replace('_', ' ')})")
+        return ParseResult(Answer(count=value))
     if tool == "tag":
         cleaned = _clean_points(obj.get("points"))
         if cleaned is None:

@@ -2,10 +2,13 @@
 
 Images vary in size (datasets differ, crops change the size), so the image space is a custom
 ``Space`` of uint8 H x W x 3 arrays with both sides in [1, max_side]; Gymnasium batches custom
-spaces as tuples, so ``SyncVectorEnv`` and ``AsyncVectorEnv(shared_memory=False)`` work. The text
-space accepts any string up to ``max_length`` characters (model replies and prompts are not
-alphanumeric). Shared memory is refused loudly for both: Gymnasium's shared-memory path for
-``Text`` silently corrupts messages (platform-notes), so we never let it be used.
+spaces as tuples. The text space accepts any string up to ``max_length`` characters (model
+replies and prompts are not alphanumeric).
+
+Both spaces bring their own shared-memory layout (``countgym.envs.shm``), so
+``AsyncVectorEnv`` works with its default ``shared_memory=True``. Gymnasium's own ``Text`` layout
+would be wrong twice over: it maps characters outside the charset to nothing and decodes the
+buffer once, at construction, so every later message reads back as the first one.
 """
 
 from __future__ import annotations
@@ -15,8 +18,8 @@ from typing import Any
 
 import numpy as np
 from gymnasium import spaces
-from gymnasium.error import CustomSpaceError
-from gymnasium.vector.utils import create_shared_memory
+
+from countgym.envs import shm
 
 MAX_SIDE = 1024
 CHARSET = string.ascii_letters + string.digits + string.punctuation + " \n"
@@ -55,24 +58,30 @@ class ImageSpace(spaces.Space[np.ndarray]):
 
 
 class MessageSpace(spaces.Text):
-    """Any string of at most ``max_length`` characters (samples use a printable charset)."""
+    """Any string of at most ``max_length`` characters (samples use a printable charset).
 
-    def __init__(self, max_length: int = 65536, seed: int | np.random.Generator | None = None):
+    ``accepts`` lists the non-string action types a ``step`` takes as well (``Reply``, the typed
+    tool actions), so ``action_space.contains`` agrees with what ``step`` accepts.
+    """
+
+    def __init__(
+        self,
+        max_length: int = 65536,
+        seed: int | np.random.Generator | None = None,
+        *,
+        accepts: tuple[type, ...] = (),
+    ):
         super().__init__(max_length=max_length, min_length=0, charset=CHARSET, seed=seed)
+        self.accepts = tuple(accepts)
 
     def contains(self, x: Any) -> bool:
+        if self.accepts and isinstance(x, self.accepts):
+            return True
         return isinstance(x, str) and len(x) <= self.max_length
 
     def __repr__(self) -> str:
         return f"MessageSpace(max_length={self.max_length})"
 
 
-def _refuse_shared_memory(space: Any, n: int = 1, ctx: Any = None) -> Any:
-    raise CustomSpaceError(
-        f"{type(space).__name__} cannot live in shared memory; use "
-        "AsyncVectorEnv(..., shared_memory=False) or countgym.rollout.make_vector_env"
-    )
-
-
-create_shared_memory.register(ImageSpace)(_refuse_shared_memory)
-create_shared_memory.register(MessageSpace)(_refuse_shared_memory)
+shm.register_bytes_space(ImageSpace, lambda sp: sp.max_side * sp.max_side * 3, shm.encode_array, shm.decode_array)
+shm.register_text_space(MessageSpace)

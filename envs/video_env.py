@@ -2,39 +2,31 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
-from gymnasium.error import CustomSpaceError
-from gymnasium.vector.utils import create_shared_memory
 
+from countgym.envs import shm
 from countgym.envs.actions import Answer, Reply
 from countgym.envs.common import (
     build_record,
     fit_long_side,
+    manifest_head,
     new_episode,
     pick_stimulus_id,
     resolve_dataset_arg,
+    set_reply,
     stimulus_pool,
 )
-from countgym.envs.extract import extract_count
+from countgym.envs.extract import Target, extract_count, parse_count
 from countgym.envs.spaces import MessageSpace
+from countgym.envs.video_templates import PROMPTS, VIDEO_TEMPLATE_HASH
 from countgym.logs import EpisodeRecord, StepRecord
 from countgym.stimulus import Dataset, Stimulus
 
-PROMPTS: dict[str, str] = {
-    "P1": "How many {color} {shape}s are in this video?",
-    "P2": "Count the {color} {shape}s shown in this video.",
-    "P3": "What is the total number of {color} {shape}s in the video?",
-}
-"""The question formulations of Appendix E, verbatim; P1 is the paper's prompt."""
-VIDEO_TEMPLATE_HASH = hashlib.sha256(
-    "\n".join(f"{k}={v}" for k, v in sorted(PROMPTS.items())).encode()
-).hexdigest()[:16]
 MAX_FRAMES = 64
 MAX_SIDE = 4096
 Prompt = Literal["P1", "P2", "P3"]
@@ -82,11 +74,16 @@ class VideoSpace(spaces.Space[np.ndarray]):
         )
 
 
-@create_shared_memory.register(VideoSpace)
-def _refuse_shared_memory(space: Any, n: int = 1, ctx: Any = None) -> Any:
-    raise CustomSpaceError(
-        "VideoSpace cannot live in shared memory; use AsyncVectorEnv(..., shared_memory=False)"
-    )
+SHM_CLIP_BYTES = 10 * 1920 * 1080 * 3
+"""Shared-memory slot of one sub-env: the protocol's 10 sampled frames at 1920 x 1080 (the
+space's own bound, 64 frames of 4096 px, would reserve gigabytes per sub-env)."""
+
+shm.register_bytes_space(
+    VideoSpace,
+    lambda sp: min(sp.max_frames * sp.max_side * sp.max_side * 3, SHM_CLIP_BYTES),
+    shm.encode_array,
+    shm.decode_array,
+)
 
 
 class CountVideoEnv(gym.Env):
@@ -95,7 +92,11 @@ class CountVideoEnv(gym.Env):
     ## Description
     The zero-shot protocol of *CountVideoBench*: a model sees the 10 uniformly sampled frames of
     a clip and one question, replies in free text, and the count is extracted strictly from the
-    reply (``countgym.envs.extract``). One observation, one action, then the episode ends.
+    reply (``countgym.envs.extract``): the count bound to the queried object or to a total/final
+    phrase, numbers that are not counts of it set aside (frames, seconds, indices, other
+    objects). Replies the rules leave open can go to the audit's model parser (Section 5.1).
+    The reply is parsed and stored within ``REPLY_LIMIT`` characters (its tail).
+    One observation, one action, then the episode ends.
 
     ## Action Space
     ``MessageSpace``: the reply text, a ``Reply`` (text plus the call's usage, cost, latency, or
@@ -139,6 +140,52 @@ class CountVideoEnv(gym.Env):
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 2}
 
+    # --- task hooks (read by ``countgym.tasks``; see the module docstring there) ---
+    task: ClassVar[str] = "video"
+    MEDIA: ClassVar[str] = "frames"
+    """What each stimulus must have on disk: an ``image`` or sampled ``frames``."""
+    CELL_OPTIONS: ClassVar[frozenset[str]] = frozenset({"prompt", "max_side", "reward"})
+
+    @classmethod
+    def claims_dataset(cls, dataset: str) -> bool:
+        """The ``countvideo`` battery (and its ``countvideo:kK`` subsets) and folders whose
+        manifest lists sampled frames."""
+        name = str(dataset)
+        if name == "countvideo" or name.startswith("countvideo:"):
+            return True
+        head = manifest_head(name)
+        return bool((head or {}).get("frames"))
+
+    @classmethod
+    def load_dataset(cls, dataset: str) -> Dataset:
+        """A battery name or dataset folder, or the root of the released benchmark."""
+        from pathlib import Path
+
+        root = Path(dataset).expanduser()
+        if root.is_dir() and not (root / "manifest.jsonl").is_file():
+            from countgym.scenes.video import load_released_countvideo
+
+            return load_released_countvideo(root)
+        from countgym.scenes import resolve_dataset
+
+        return resolve_dataset(dataset)
+
+    @classmethod
+    def cell_options(
+        cls, *, tools: Sequence[str] | None = None, budget: int | None = None, **options: Any
+    ) -> dict[str, Any]:
+        """Environment options for a policy that is not a video arm (``prompt``, ``max_side``)."""
+        from countgym.errors import UserError
+
+        options = {k: v for k, v in options.items() if v is not None}
+        options.pop("thinking", None)
+        bad = set(options) - cls.CELL_OPTIONS
+        if bad or tools is not None or budget is not None:
+            raise UserError(
+                f"CountVideo takes only {', '.join(sorted(cls.CELL_OPTIONS))}; got {sorted(bad) or 'tools/budget'}"
+            )
+        return options
+
     def __init__(
         self,
         dataset: str | Dataset = "countvideo",
@@ -172,7 +219,7 @@ class CountVideoEnv(gym.Env):
         self.budget = 0
 
         self.observation_space = spaces.Dict({"frames": VideoSpace(), "text": MessageSpace()})
-        self.action_space = MessageSpace()
+        self.action_space = MessageSpace(accepts=(Reply, Answer))
 
         self.stimulus: Stimulus | None = None
         self._frames: np.ndarray | None = None
@@ -181,6 +228,7 @@ class CountVideoEnv(gym.Env):
         self._answer: int | None = None
         self._end: str | None = None
         self._error: str | None = None
+        self._extracted_by: str | None = None
         self._episode: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ gymnasium API
@@ -193,6 +241,7 @@ class CountVideoEnv(gym.Env):
         self._frames = self._load_frames(self.stimulus)
         self._question = self.question(self.stimulus)
         self._steps, self._answer, self._end, self._error = [], None, None, None
+        self._extracted_by: str | None = None
         self._episode = new_episode(seed, options)
         obs = {"frames": self._frames.copy(), "text": self._question}
         return obs, {"prompt": self.prompt, "n_frames": int(self._frames.shape[0])}
@@ -203,12 +252,9 @@ class CountVideoEnv(gym.Env):
         rec = StepRecord(index=0)
         terminated = truncated = False
         if isinstance(action, Reply):
-            rec.reply, rec.usage, rec.cost, rec.latency_s = (
-                action.text,
-                action.usage,
-                action.cost,
-                action.latency_s,
-            )
+            rec.usage, rec.cost, rec.latency_s = action.usage, action.cost, action.latency_s
+            if isinstance(action.text, str):
+                set_reply(rec, action.text)
         if isinstance(action, Reply) and action.error is not None:
             self._end, self._error = "error", action.error
             truncated = True
@@ -279,6 +325,7 @@ class CountVideoEnv(gym.Env):
             image_size=self.image_size,
             stimulus_size=self._stored_size(stim),
             template_hash=VIDEO_TEMPLATE_HASH,
+            extracted_by=self._extracted_by,
         )
 
     def options(self) -> dict[str, Any]:
@@ -292,20 +339,35 @@ class CountVideoEnv(gym.Env):
 
     # ------------------------------------------------------------------ helpers
     def _read(self, action: Any, rec: StepRecord) -> tuple[int | None, str]:
-        if isinstance(action, Answer):
-            rec.reply = None
-            return action.count, "typed answer"
+        typed = action if isinstance(action, Answer) else None
+        if isinstance(action, Reply) and isinstance(action.action, Answer):
+            typed = action.action
+        if typed is not None:
+            self._extracted_by = "typed"
+            if isinstance(action, Answer):
+                rec.reply = None
+            value, kind = parse_count(typed.count)
+            return value, "typed answer" if value is not None else f"typed answer: not a count ({kind})"
         if isinstance(action, Reply):
-            if action.action is not None and isinstance(action.action, Answer):
-                return action.action.count, "typed answer"
-            text = action.text
+            text = rec.reply or ""
         elif isinstance(action, str):
-            rec.reply = action
-            text = action
+            text = set_reply(rec, action)
         else:
+            self._extracted_by = "none"
             return None, f"unsupported action type {type(action).__name__}"
-        res = extract_count(text, question=self._question)
+        res = extract_count(text, question=self._question, target=self._target(self.stimulus))
+        self._extracted_by = "rule" if res.value is not None else "none"
         return res.value, res.reason
+
+    @staticmethod
+    def _target(stim: Stimulus | None) -> Target | None:
+        """The queried object (shape and colour from the metadata), for the extraction rules."""
+        if stim is None:
+            return None
+        shape, color = stim.meta.get("shape"), stim.meta.get("color")
+        if shape:
+            return Target(str(shape), str(color) if color else None)
+        return Target(stim.obj_sing) if stim.obj_sing else None
 
     def _load_frames(self, stim: Stimulus) -> np.ndarray:
         return load_frames(self.dataset, stim, self.max_side)

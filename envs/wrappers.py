@@ -3,9 +3,9 @@
 ``EpisodeStats`` is Gymnasium's ``RecordEpisodeStatistics`` (same ``r``/``l``/``t`` entries and
 ``return_queue``/``length_queue``/``time_queue``) plus the counting statistics: tool calls, tags
 on the final image, whether the episode ended with an answer and whether it was correct. Its
-default info key is ``"episode_stats"``: ``CountImageEnv`` already uses ``info["episode"]`` for
-the full episode record, so Gymnasium's wrapper must be given another ``stats_key`` too
-(``RecordEpisodeStatistics(env, stats_key="stats")``), else its own assertion fails.
+default info key is ``"episode_stats"``, so it can sit beside Gymnasium's own
+``RecordEpisodeStatistics`` (which owns ``info["episode"]``; ``CountImageEnv`` puts its full
+episode record in ``info["episode_record"]``).
 
 ``TaskInfo`` puts the ``Task`` a policy's ``reset`` needs into the reset info, so vectorised
 rollouts (sub-environments in other processes) can start per-episode policies.
@@ -29,6 +29,8 @@ from gymnasium.wrappers import RecordEpisodeStatistics
 from countgym.task import Task
 
 STATS_KEY = "episode_stats"
+RECORD_KEY = "episode_record"
+"""Info key of the full ``EpisodeRecord`` at the end of an image-env episode."""
 INFO_KEY = "countgym_info"
 
 
@@ -39,12 +41,11 @@ class EpisodeStats(RecordEpisodeStatistics):
     Args:
         env: the environment (``CountImageEnv``, possibly wrapped).
         buffer_length: size of the queues (the last ``buffer_length`` episodes).
-        stats_key: info key of the statistics (not ``"episode"``: the env uses it).
+        stats_key: info key of the statistics (``"episode"`` makes it a drop-in for Gymnasium's
+            wrapper; the default leaves that key to a stock ``RecordEpisodeStatistics``).
     """
 
     def __init__(self, env: gym.Env, buffer_length: int = 100, stats_key: str = STATS_KEY) -> None:
-        if stats_key == "episode":
-            raise ValueError("stats_key 'episode' is taken by CountImageEnv's episode record; choose another")
         super().__init__(env, buffer_length=buffer_length, stats_key=stats_key)
         self.tool_call_queue: deque[int] = deque(maxlen=buffer_length)
         self.tag_queue: deque[int] = deque(maxlen=buffer_length)
@@ -75,7 +76,7 @@ class EpisodeStats(RecordEpisodeStatistics):
                 if self._calls_at_start is not None and calls_left is not None
                 else None
             )
-            record = info.get("episode")
+            record = info.get(RECORD_KEY)
             # The record's final tags account for "mode": "replace"; the running sum is a
             # fallback for environments without a record.
             if isinstance(record, dict) and "tags" in record:

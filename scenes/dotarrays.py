@@ -26,7 +26,7 @@ from PIL import Image, ImageDraw
 
 from countgym.stimulus import Stimulus
 
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 """Bump when any image or manifest field changes (also renames the on-disk cache)."""
 
 SIDE = 768
@@ -42,6 +42,11 @@ CLUSTER_SIGMA = 0.09
 """Cluster spread as a fraction of the canvas side."""
 BORDER = 2
 """Clear pixels kept between any object and the canvas edge."""
+RANDOM_FIELD = 0.70
+"""Random arrangement: centres are uniform in the central square of this fraction of the side,
+[0.15, 0.85] x 768 px. Appendix D names no placement region; this one reproduces the tau
+statistics of Appendix E (median 44 px, range 17-272 over the battery; see docs/dotarrays.md).
+The XL extension uses the whole canvas: 200 discs at the 8 px gap do not fit in this field."""
 
 WHITE = (255, 255, 255)
 BLACK = (0, 0, 0)
@@ -167,14 +172,19 @@ def random_centres(
     extent: float = RADIUS,
     min_gap: float = MIN_GAP,
     side: int = SIDE,
+    field: float = RANDOM_FIELD,
     allow_smaller_gap: bool = False,
 ) -> tuple[Points, float]:
-    """Uniform centres with edge gap ``>= min_gap`` between objects of radius ``extent``.
+    """Uniform centres in the central ``field`` x ``side`` square, with edge gap ``>= min_gap``
+    between objects of radius ``extent`` (every object stays ``BORDER`` px inside the canvas).
 
     Returns ``(points, gap_used)``. With ``allow_smaller_gap`` a crowded array that cannot
     reach ``min_gap`` retries with a gap 1 px smaller (the XL battery at n = 200 may need it).
     """
-    lo, hi = extent + BORDER, side - extent - BORDER
+    if not 0.0 < field <= 1.0:
+        raise ValueError(f"field must be in (0, 1], got {field}")
+    margin = (1.0 - field) / 2 * side
+    lo, hi = max(extent + BORDER, margin), min(side - extent - BORDER, side - margin)
     gaps = np.arange(min_gap, -1, -1) if allow_smaller_gap else [min_gap]
     for gap in gaps:
         for _ in range(_MAX_RESTARTS):
@@ -412,8 +422,10 @@ def _build_plain(spec: ArraySpec, rng: np.random.Generator) -> _Built:
     meta: dict[str, Any] = {}
     arrangement = spec.arrangement
     if arrangement == "random":
-        pts, gap = random_centres(spec.n, rng, extent=r, allow_smaller_gap=spec.set == "xl")
-        meta["min_gap"] = gap
+        xl = spec.set == "xl"
+        field = 1.0 if xl else RANDOM_FIELD
+        pts, gap = random_centres(spec.n, rng, extent=r, field=field, allow_smaller_gap=xl)
+        meta.update(min_gap=gap, field=field)
     elif arrangement == "clustered":
         gap = 0 if spec.set == "dense" else CLUSTER_GAP
         pts, labels, centres = clustered_centres(spec.n, rng, radius=r, min_gap=gap)
@@ -445,6 +457,7 @@ def _build_heterogeneous(spec: ArraySpec, rng: np.random.Generator) -> _Built:
     meta = {
         "factor": spec.set,
         "min_gap": gap,
+        "field": RANDOM_FIELD,
         "shapes": shapes,
         "colors": colors,
         "palette": {k: list(v) for k, v in PALETTE.items()},
@@ -463,6 +476,7 @@ def _build_distractor(spec: ArraySpec, rng: np.random.Generator) -> _Built:
     meta = {
         "factor": spec.set,
         "min_gap": gap,
+        "field": RANDOM_FIELD,
         "target_color": "red",
         "distractor_color": "blue",
         "distractors": _as_list(blue),

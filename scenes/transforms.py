@@ -252,7 +252,7 @@ def transformed_dataset(base: Dataset, kind: str, *, name: str | None = None, pr
     The cache key covers the transform version, the base folder and every stimulus record, so
     a changed base gets a fresh copy. ``name`` defaults to ``<base name>+<kind>``.
     """
-    from countgym.scenes.photos.common import build_once, derived_cache_root
+    from countgym.scenes.cache import build_once, derived_cache_root
 
     _check_kind(kind)
     label = name or f"{base.name}+{kind}"

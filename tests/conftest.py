@@ -49,3 +49,19 @@ def tiny_dataset(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
 def wide_dataset(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
     """A 2048 x 1024 image, resized by the env to 1024 x 512."""
     return make_tiny_dataset(tmp_path_factory.mktemp("wide"), size=(2048, 1024))
+
+
+@pytest.fixture(scope="session")
+def tiny_countercount(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two CounterCount pairs (four images) drawn by the generator."""
+    from countgym.scenes.make import make_dataset
+
+    return make_dataset("countercount", tmp_path_factory.mktemp("cc") / "cc", limit=2, progress=False)
+
+
+@pytest.fixture(scope="session")
+def tiny_countvideo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two CountVideoBench clips of 10 frames at 64 x 36 (fast renderer)."""
+    from countgym.scenes.make import make_dataset
+
+    return make_dataset("countvideo", tmp_path_factory.mktemp("cv") / "cv", limit=2, size=(64, 36), progress=False)

@@ -178,7 +178,7 @@ litellm_needed = pytest.mark.filterwarnings("ignore:.*ReadOnly.*:UserWarning")
 @pytest.fixture(scope="module")
 def server():
     pytest.importorskip("litellm")
-    from countgym.agents.testserver import TestServer
+    from countgym.testing.server import TestServer
 
     with TestServer() as srv:
         yield srv

@@ -8,8 +8,8 @@ pytest.importorskip("litellm")
 
 from countgym.agents.arms import ARMS, arm_env_options, make_arm_policy  # noqa: E402
 from countgym.agents.backends.litellm_backend import LiteLLMBackend  # noqa: E402
-from countgym.agents.testserver import TestServer  # noqa: E402
 from countgym.runner import make_env, run_episode  # noqa: E402
+from countgym.testing.server import TestServer  # noqa: E402
 
 KEY = "sk-test-SECRET123"
 pytestmark = pytest.mark.filterwarnings("ignore:.*ReadOnly.*:UserWarning")

@@ -8,11 +8,12 @@ from PIL import Image, ImageDraw
 
 pytest.importorskip("litellm")
 
-from countgym.agents.backends.base import image_part, make_backend, message, text_part  # noqa: E402
+from countgym.agents.backends.base import image_part, message, text_part  # noqa: E402
+from countgym.agents.backends.factory import make_backend  # noqa: E402
 from countgym.agents.backends.litellm_backend import LiteLLMBackend  # noqa: E402
-from countgym.agents.testserver import TestServer  # noqa: E402
 from countgym.envs import templates as T  # noqa: E402
 from countgym.errors import MissingExtraError, UserError  # noqa: E402
+from countgym.testing.server import TestServer  # noqa: E402
 
 KEY = "sk-test-SECRET123"
 # litellm's own pydantic models warn at import; not ours to fix.
@@ -85,7 +86,8 @@ def test_reasoning_effort_sent_and_thinking_off() -> None:
         backend(srv, reasoning_effort=None, max_tokens=77).complete(MESSAGES)
         omitted = srv.last_request
     assert on.get("reasoning_effort") == "low"
-    assert off.get("reasoning_effort") == "minimal"
+    # An OpenAI-compatible server: the chat template's switch, not a "minimal" effort.
+    assert off.get("chat_template_kwargs") == {"enable_thinking": False} and "reasoning_effort" not in off
     assert "reasoning_effort" not in omitted and omitted["max_tokens"] == 77
 
 

@@ -14,7 +14,7 @@ from PIL import Image, ImageDraw
 
 from countgym.envs import templates as T
 
-testserver = pytest.importorskip("countgym.agents.testserver")
+testserver = pytest.importorskip("countgym.testing.server")
 TestServer = testserver.TestServer
 
 DISCS = [(100, 100), (300, 120), (500, 400), (200, 600)]

@@ -14,7 +14,8 @@ pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
 from countgym.agents.arms import ChatPolicy, act_many  # noqa: E402
-from countgym.agents.backends.base import image_part, make_backend, message, text_part  # noqa: E402
+from countgym.agents.backends.base import image_part, message, text_part  # noqa: E402
+from countgym.agents.backends.factory import make_backend  # noqa: E402
 from countgym.agents.backends.tiny import build_tiny_smolvlm  # noqa: E402
 from countgym.agents.backends.transformers_backend import TransformersBackend  # noqa: E402
 from countgym.agents.base import Task  # noqa: E402
@@ -99,3 +100,24 @@ def test_missing_model_folder_is_a_user_error(tmp_path: Path) -> None:
 
     with pytest.raises(UserError, match="cannot load local model"):
         TransformersBackend(str(tmp_path / "nothing-here"), device="cpu")
+
+
+def test_thinking_mode_samples_with_the_checkpoints_generation_config(tiny_model: str) -> None:
+    """CounterCount 4.1.4 / C.7: thinking mode samples with the model's default parameters."""
+    import torch
+
+    from countgym.agents.cf_arm import make_cf_backend
+
+    greedy = make_cf_backend("cf-mcq", f"hf:{tiny_model}", device="cpu", max_new_tokens=12)
+    sampled = make_cf_backend("cf-mcq+think", f"hf:{tiny_model}", device="cpu", max_new_tokens=12)
+    assert greedy.provider_params()["decoding"] == "greedy" and "temperature" not in greedy.provider_params()
+    p = sampled.provider_params()
+    cfg = sampled.hf_model.generation_config
+    assert p["decoding"] == "sample" and p["max_new_tokens"] == 12
+    assert p.get("temperature") == cfg.temperature and p.get("top_k") == cfg.top_k
+    texts = set()
+    for seed in range(6):
+        torch.manual_seed(seed)
+        texts.add(sampled.complete(conv_short()).text)
+    assert len(texts) > 1  # sampled, not greedy
+    assert len({greedy.complete(conv_short()).text for _ in range(3)}) == 1

@@ -82,6 +82,16 @@ def test_contrasts_table_pairs_by_stimulus_and_repeat() -> None:
     assert mae["value_a"] == pytest.approx((0 + 3 + 0 + 5) / 4) and mae["value_b"] == 0
 
 
+def test_errored_episodes_leave_their_pair_out() -> None:
+    t = _table()
+    t["end"] = "answer"
+    # direct's episode on (s0, 1) failed on a model call: it is no wrong answer, so its pair goes.
+    t.loc[(t["arm"] == "direct") & (t["stimulus_id"] == "s0") & (t["repeat"] == 1), ["end", "answer"]] = ["error", None]
+    em = contrasts_table(t, n_resamples=200).query("metric == 'exact_match_score'").iloc[0]
+    assert em["n_pairs"] == 3
+    assert em["value_a"] == pytest.approx(2 / 3) and em["value_b"] == 1.0
+
+
 def test_contrasts_table_is_seeded() -> None:
     a = contrasts_table(_table(), n_resamples=300, seed=4)
     b = contrasts_table(_table(), n_resamples=300, seed=4)

@@ -338,7 +338,7 @@ def test_arm_labels_tell_variants_apart() -> None:
         rec("a", "s", [], answer=1),
         rec("b", "s", [], answer=1, order="reverse"),
         rec("c", "s", [], answer=1, order="reverse", omission=0.3),
-        rec("d", "s", [], answer=1, arm="direct"),
+        rec("d", "s", [], answer=1, arm="direct", tools=[]),
     ]
     assert arm_labels(recs) == ["tag", "tag[order=reverse]", "tag[order=reverse;omission=0.3]",
                                 "direct"]  # fmt: skip

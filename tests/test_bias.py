@@ -33,26 +33,62 @@ def test_local_excess_and_deficit_by_hand() -> None:
     assert (prof.at[20, "excess"], prof.at[20, "deficit"]) == (2, -5)
     # k=21: L=5, R=max(3,0)=3 -> excess 1-5=-4, deficit 3-1=2
     assert (prof.at[21, "excess"], prof.at[21, "deficit"]) == (-4, 2)
-    # k=23 (never predicted, inside the span): L=max(3,1)=3, R=max(4,0)=4 -> deficit 3
-    assert (prof.at[23, "count"], prof.at[23, "deficit"]) == (0, 3)
-    # k=24 (upper end): L=max(0,3)=3, R=0 -> excess 1
+    # k=23 is never predicted: not in the model's support, so not evaluated (CountVideoBench
+    # Section 5.2: "across each model's support"), although a gap would score deficit 3 there.
+    assert 23 not in prof.index and list(prof.index) == [20, 21, 22, 24]
+    # k=24 (upper end): L=max(N23,N22)=3, R=0 -> excess 1
     assert prof.at[24, "excess"] == 1
     assert b.largest_local_excess(p) == b.LocalExtreme(amount=2, value=20)
-    assert b.largest_local_deficit(p) == b.LocalExtreme(amount=3, value=23)
+    assert b.largest_local_deficit(p) == b.LocalExtreme(amount=2, value=21)
 
 
 def test_local_extremes_ends_and_ties() -> None:
     # A single value: excess = N, deficit = -N.
     assert b.largest_local_excess([5, 5, 5]) == b.LocalExtreme(3, 5)
     assert b.largest_local_deficit([5, 5, 5]) == b.LocalExtreme(-3, 5)
-    # Two isolated equal peaks: tie -> the smaller value; valley in between.
+    # Two isolated equal peaks: tie -> the smaller value. The valley between them (12) is a gap
+    # of the histogram, outside the support: at 10 and 14, min(L, R) = 0, so the deficit is -2.
     p = [10, 10, 14, 14]
     assert b.largest_local_excess(p) == b.LocalExtreme(2, 10)
-    # k=12: L=max(N11,N10)=2, R=max(N13,N14)=2 -> deficit 2
-    assert b.largest_local_deficit(p) == b.LocalExtreme(2, 12)
+    assert b.largest_local_deficit(p) == b.LocalExtreme(-2, 10)
     # Non-answers are not a value.
     assert b.largest_local_excess([None, None]) is None
     assert b.local_profile([4, None]).shape[0] == 1
+
+
+def test_local_extremes_over_the_support_with_gaps() -> None:
+    # Predictions 5 x20, 1 x21, 6 x25, 2 x30, 7 x35, with gaps between: only 20 and 21 have a
+    # predicted neighbour within two steps.
+    p = [20] * 5 + [21] + [25] * 6 + [30] * 2 + [35] * 7
+    prof = b.local_profile(p).set_index("value")
+    assert list(prof.index) == [20, 21, 25, 30, 35]
+    # k=21: L=5, R=max(N22,N23)=0 -> deficit min(5,0)-1=-1; an isolated value has deficit -N_k
+    assert prof.at[21, "deficit"] == -1 and prof.at[30, "deficit"] == -2
+    # the largest deficit is the least negative one; a gap (22..24, 26..29) is never reported
+    assert b.largest_local_deficit(p) == b.LocalExtreme(-1, 21)
+    assert b.largest_local_excess(p) == b.LocalExtreme(7, 35)
+    # a dip within the support: 4 x40, 1 x41, 4 x42 -> deficit min(4, 4) - 1 = 3 at 41
+    q = [40] * 4 + [41] + [42] * 4
+    assert b.largest_local_deficit(q) == b.LocalExtreme(3, 41)
+
+
+def test_class_table_by_shape_and_colour() -> None:
+    import pandas as pd
+
+    df = pd.DataFrame({
+        "model": ["m"] * 4 + ["k"] * 2,
+        "shape": ["cube", "cube", "sphere", "sphere", "cube", "sphere"],
+        "color": ["red", "blue", "red", "blue", "purple", "purple"],
+        "n_true": [5, 6, 7, 8, 9, 10],
+        "answer": [5, 0, 7, None, 9, 1],
+    })  # fmt: skip
+    t = b.class_table(df).set_index("model")
+    assert list(t.columns) == ["n_items", "cube", "sphere", "red", "green", "blue", "yellow", "purple"]
+    assert (t.at["m", "cube"], t.at["m", "sphere"], t.at["m", "red"], t.at["m", "blue"]) == (50.0, 50.0, 100.0, 0.0)
+    assert math.isnan(t.at["m", "green"]) and t.at["k", "purple"] == 50.0
+    cells = b.class_table(df, cells=True).set_index("model")
+    assert cells.at["m", "red cube"] == 100.0 and cells.at["m", "blue sphere"] == 0.0
+    assert len(cells.columns) == 11
 
 
 def test_preferred_values() -> None:

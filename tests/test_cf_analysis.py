@@ -86,6 +86,17 @@ def test_paired_deltas_known_answer(cf4: Dataset, records: list[EpisodeRecord]) 
     assert drop.n_pairs == 4 and drop.accuracy_delta == pytest.approx(-0.5)
 
 
+def test_errored_episodes_are_counted_not_scored(cf4: Dataset, records: list[EpisodeRecord]) -> None:
+    """A failed model call is no wrong answer: it is left out of every rate and counted."""
+    df = cf_frame(records, cf4)
+    failed = df.index[(df["intervention"] == "baseline") & (df["stimulus_id"] == "spider-6-cf")]
+    df.loc[failed, "end"] = "error"
+    base = cf_scores(df).set_index("intervention").loc["baseline"]
+    assert (base.errors, base.n_cf) == (1, 3)
+    assert (base.cf_accuracy, base.bias_rate, base.no_answer_rate) == pytest.approx((1 / 3, 2 / 3, 0.0))
+    assert paired_deltas(df).iloc[0].n_pairs == 3
+
+
 def test_bootstrap_ci_of_a_constant_is_a_point(cf4: Dataset) -> None:
     df = cf_frame(_run(cf4, {"dog-3-cf": "3", "cat-1-cf": "1"}), cf4)
     s = cf_scores(df).iloc[0]
@@ -145,8 +156,8 @@ def test_cf_arm_names_and_options() -> None:
     opts = arm.env_options()
     assert (opts["question"], opts["cue"], opts["blur"], opts["generic"], opts["thinking"]) == ("oe", True, True, False, False)
     assert opts["blur_radius"] == 48.0 and opts["feather"] == 4.0
-    assert parse_cf_arm("cf-mcq").backend_options("openai/x") == {"thinking": False, "max_tokens": 128}
-    assert parse_cf_arm("cf-mcq+think").backend_options("hf:/m") == {"thinking": True, "max_new_tokens": 16384}
+    assert parse_cf_arm("cf-mcq").backend_options("openai/x") == {"reasoning": "off", "temperature": 0.0, "max_tokens": 128}
+    assert parse_cf_arm("cf-mcq+think").backend_options("hf:/m") == {"thinking": True, "max_new_tokens": 16384, "decoding": "sample"}
     assert parse_cf_arm("cf-mcq+attn").env_options()["expose_region"] is True
     assert is_cf_arm("cf-mcq+generic") and not is_cf_arm("direct")
     for bad in ("cf-yesno", "cf-mcq+loud", "tag"):

@@ -110,6 +110,79 @@ def test_generic_names_cover_the_seventeen_categories() -> None:
     assert T.number_word(7) == "seven" and T.number_word(21) == "twenty-one" and T.number_word(40) == "forty"
 
 
+@pytest.mark.parametrize(
+    ("label", "generic"),
+    [
+        ("Symbols", "symbol"), ("Flags", "flag"), ("symbol", "symbol"), ("FOOD", "food"),
+        ("foods", "food"), ("humans", "human"), ("Landmarks", "landmark"), ("logos", "logo"),
+        ("birds", "animal"), ("Bird", "animal"), ("bug", "animal"), ("mammal", "animal"),
+        ("reptile", "animal"), ("sea creature", "animal"), ("sea_creatures", "animal"),
+        ("Ancient-Creatures", "animal"), ("fictional character", "character"),
+        ("Mythical creature", "creature"), ("  transportation ", "object"), ("housing", "object"),
+        ("Functional", "object"),
+    ],
+)
+def test_generic_name_normalises_case_and_plural(label: str, generic: str) -> None:
+    """Appendix C.4: labels as releases and manifests spell them map to the paper's generic name."""
+    assert T.generic_name(label) == generic
+
+
+@pytest.mark.parametrize("label", ["Vehicles", "Plants", "", "animals", "objects"])
+def test_unknown_category_is_an_error_naming_it_never_object(label: str) -> None:
+    from countgym.errors import UserError
+
+    with pytest.raises(UserError, match=f"unknown CounterCount category {label!r}") as e:
+        T.generic_name(label)
+    assert "\n" not in str(e.value)
+
+
+def _relabel(src: Dataset, dst: Path, labels: dict[int, str]) -> Dataset:
+    """A copy of a CounterCount folder whose i-th stimulus gets category ``labels[i]``."""
+    import json
+    import shutil
+
+    shutil.copytree(src.root, dst)
+    lines = (dst / "manifest.jsonl").read_text().splitlines()
+    out = []
+    for i, line in enumerate(lines):
+        rec = json.loads(line)
+        if i in labels:
+            rec["meta"]["category"] = labels[i]
+        out.append(json.dumps(rec))
+    (dst / "manifest.jsonl").write_text("\n".join(out) + "\n")
+    return Dataset(dst)
+
+
+def test_generic_env_uses_the_normalised_category(cf_small: Dataset, tmp_path: Path) -> None:
+    ds = _relabel(cf_small, tmp_path / "plural", {0: "birds"})
+    sid = ds.stimuli[0].id
+    obs, _ = CounterCountEnv(ds, generic=True, question="oe").reset(seed=0, options={"stimulus_id": sid})
+    assert "does this animal have?" in obs["text"]
+
+
+def test_generic_env_refuses_an_unknown_category_before_any_episode(cf_small: Dataset, tmp_path: Path) -> None:
+    from countgym.errors import UserError
+
+    ds = _relabel(cf_small, tmp_path / "unknown", {1: "Vehicles"})
+    with pytest.raises(UserError, match=r"unknown CounterCount category 'Vehicles'.*stimulus"):
+        CounterCountEnv(ds, generic=True)
+    CounterCountEnv(ds, generic=False)  # the specific name needs no category
+
+
+def test_cli_generic_run_with_unknown_category_exits_2_with_one_line(
+    cf_small: Dataset, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from countgym.cli import main
+
+    ds = _relabel(cf_small, tmp_path / "cli", {0: "Vehicles"})
+    code = main(["run", "--data", str(ds.root), "--agent", "cf-mcq+generic", "--model", "openai/none",
+                 "--agent-option", "api_base=http://127.0.0.1:9/v1", "--out", str(tmp_path / "runs"),
+                 "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "'Vehicles'" in err and len(err.splitlines()) == 1
+    assert not list((tmp_path / "runs").rglob("*.jsonl"))  # no episode was run
+
+
 # --------------------------------------------------------------------------- extraction
 @pytest.mark.parametrize(
     ("reply", "value", "reason"),

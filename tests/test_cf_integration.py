@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from countgym.agents.testserver import TestServer
 from countgym.analysis.tables import write_audit_files
 from countgym.cli import main
 from countgym.logs import read_records
 from countgym.runner import CellSpec, run_cell
+from countgym.testing.server import TestServer
 
 
 def test_countercount_end_to_end(tmp_path: Path, monkeypatch) -> None:

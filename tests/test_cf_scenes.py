@@ -18,6 +18,7 @@ from countgym.scenes.counterfactual import (
     SUBJECTS,
     Scene,
     blur_outside,
+    canonical_category,
     draw,
     load_countercount,
     make_countercount,
@@ -250,3 +251,17 @@ def test_release_loader_names_what_is_missing(tmp_path: Path, cf_battery: Datase
     (bad / "metadata.jsonl").write_text("\n".join([json.dumps(rec), *lines[1:]]))
     with pytest.raises(UserError, match="bbox must be pixel"):
         load_countercount(bad)
+
+
+def test_release_loader_normalises_category_labels(tmp_path: Path, cf_battery: Dataset) -> None:
+    """"birds", "Symbols", "sea_creatures" name the paper's categories; other labels are kept."""
+    root = _release(tmp_path / "labels", cf_battery)
+    lines = (root / "metadata.jsonl").read_text().splitlines()
+    recs = [json.loads(line) for line in lines]
+    for rec, label in zip(recs, ("birds", "Symbols", "Plants"), strict=True):
+        rec["category"] = label
+    (root / "metadata.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    ds = load_countercount(root)
+    got = [ds[f"{r['pair_id']}-cf"].meta["category"] for r in recs]
+    assert got == ["Birds", "Symbol", "Plants"]
+    assert canonical_category("sea_creatures") == "Sea Creatures" and canonical_category("Vehicles") is None

@@ -20,11 +20,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from countgym.agents.testserver import TestServer
 from countgym.analysis.tables import write_audit_files
 from countgym.analysis.viewer import ViewerOptions
 from countgym.logs import read_records
 from countgym.sweep import ABLATION_KEYS, load_config, run_sweep
+from countgym.testing.server import TestServer
 from tests.test_photos_fixtures import (
     ensure_photo_resolver,
     make_fsc147_release,

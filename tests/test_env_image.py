@@ -65,10 +65,10 @@ def test_no_truth_before_end(env) -> None:
     for reply in ['{"tool":"tag","points":[[100,100]]}', "junk"]:
         obs, _, term, trunc, info = env.step(reply)
         assert not (term or trunc)
-        assert not {"truth", "stimulus_id", "episode", "answer"} & set(info)
+        assert not {"truth", "stimulus_id", "episode_record", "answer"} & set(info)
     obs, _, term, trunc, info = env.step('{"tool":"answer","count":10}')
     assert term and info["truth"] == {"n": 10} and info["stimulus_id"] == "row"
-    assert info["episode"].truth.n == 10
+    assert info["episode_record"].truth.n == 10
 
 
 def test_budget_exhaustion_then_answer(env) -> None:
@@ -90,17 +90,35 @@ def test_budget_exhaustion_then_no_number_uses_tag_count(env) -> None:
     assert len(env.episode_record().tags) == 12  # the extra tag call was not applied
 
 
-def test_three_invalid_replies_in_a_row_end_the_episode(env) -> None:
+def test_invalid_replies_get_three_reissues_and_the_fourth_ends_the_episode(env) -> None:
+    """Give the Model a Finger, App. C: re-issue "at most three times"."""
     env.reset(seed=0, options={"stimulus_id": "four"})
     obs, _, term, trunc, _ = env.step("no json")
     assert obs["text"] == tpl.INVALID.format(left=6) and not trunc
     env.step("still none")
     env.step(tag_json([[1, 1]]))  # a valid reply resets the streak
-    env.step("x")
-    env.step("y")
-    obs, r, term, trunc, info = env.step("z")
+    for bad in ("x", "y", "z"):  # three invalid in a row: each is answered with the re-issue
+        obs, _, term, trunc, _ = env.step(bad)
+        assert obs["text"] == tpl.INVALID.format(left=5) and not (term or trunc)
+    obs, r, term, trunc, info = env.step("w")  # the fourth ends the episode
     assert trunc and not term and info["end"] == "invalid" and "answer" not in info and r == 0.0
-    assert obs["text"] == tpl.INVALID.format(left=5)
+    assert obs["text"] == ""  # no further re-issue request is sent
+    steps = env.episode_record().steps
+    assert [s.message == tpl.INVALID.format(left=5) for s in steps[3:]] == [True, True, True, False]
+
+
+def test_reissue_count_of_a_policy_that_never_replies_validly(tiny_dataset) -> None:
+    """Exactly three re-issue requests, then the episode ends with no answer."""
+    e = CountImageEnv(tiny_dataset, tools=("tag",))
+    e.reset(seed=0, options={"stimulus_id": "four"})
+    seen = []
+    while True:
+        obs, _, term, trunc, info = e.step("I think there are some dots.")
+        seen.append(obs["text"])
+        if term or trunc:
+            break
+    assert len(seen) == 4 and seen.count(tpl.INVALID.format(left=6)) == 3
+    assert info["episode_record"].end == "invalid" and info["episode_record"].answer is None
 
 
 def test_disabled_tool_is_an_invalid_reply(tiny_dataset) -> None:
@@ -307,20 +325,16 @@ def test_async_vector_env_messages_intact(tiny_dataset) -> None:
     venv.close()
 
 
-def test_async_shared_memory_refused_loudly(tiny_dataset) -> None:
-    with pytest.raises(Exception, match="shared memory|shared_memory"):
-        gym.vector.AsyncVectorEnv([_make(tiny_dataset)] * 2, shared_memory=True)
-
-
 def test_vector_env_batches_info_of_sub_envs_in_different_states(tiny_dataset) -> None:
     """One sub-env answers, one ends invalid without an answer, one is mid-episode."""
     venv = gym.vector.SyncVectorEnv([_make(tiny_dataset)] * 3)
     venv.reset(seed=[1, 2, 3])
     venv.step(['{"tool":"tag","points":[[1,1]]}', "junk", "junk"])
     venv.step(["junk", "junk", '{"tool":"tag","points":[[5,5]]}'])
+    venv.step(["junk", "junk", "junk"])
     obs, rew, term, trunc, info = venv.step(['{"tool":"answer","count":1}', "junk", "junk"])
     assert list(term) == [True, False, False] and list(trunc) == [False, True, False]
     assert info["_answer"].tolist() == [True, False, False] and info["answer"][0] == 1
     assert info["_end"].tolist() == [True, True, False] and list(info["end"][:2]) == ["answer", "invalid"]
-    assert info["episode"][1].end == "invalid" and info["episode"][1].answer is None
+    assert info["episode_record"][1].end == "invalid" and info["episode_record"][1].answer is None
     venv.close()

@@ -59,8 +59,8 @@ def test_tool_not_enabled_is_invalid() -> None:
 def test_answer_always_enabled_and_validated() -> None:
     assert parse_action('{"tool":"answer","count":7}', tools=()).action == Answer(count=7)
     assert parse_action('{"tool":"answer","count":"7"}', tools=()).action == Answer(count=7)
-    assert parse_action('{"tool":"answer","count":7.0}', tools=()).action == Answer(count=7)
-    for bad in ('7.5', '-1', 'null', '"many"', 'true', '1e300'):
+    # The count grammar: a decimal is not an answer, even an integral one.
+    for bad in ('7.0', '7.5', '-1', 'null', '"many"', 'true', '1e300', '"0x10"', '"-1"', '"1e20"', '1000001'):
         assert parse_action('{"tool":"answer","count":' + bad + '}', tools=()).action is None
 
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from countgym.agents.testserver import TestServer
 from countgym.analysis import write_audit
 from countgym.logs import read_records
 from countgym.sweep import load_config, run_sweep
+from countgym.testing.server import TestServer
 
 SECRET = "sk-test-NEVER-LOG-ME-4242"
 

@@ -169,7 +169,7 @@ def ensure_photo_resolver(monkeypatch) -> bool:  # noqa: ANN001 - pytest.MonkeyP
     it patched."""
     import countgym.scenes as scenes
     from countgym.errors import UserError
-    from countgym.scenes.photos import resolve_with_photos
+    from countgym.scenes.batteries import resolve_with_photos
 
     try:
         scenes.resolve_dataset("fsc147")

@@ -224,3 +224,58 @@ def test_parquet_release(tmp_path: Path) -> None:
     got = read_pixmo_table(tmp_path)
     assert [(r.url, r.count, r.label, r.sha256) for r in got] == [
         (r["image_url"], r["count"], r["label"], r["image_sha256"]) for r in rows]
+
+
+def _jpeg_release(root: Path, truncate: int) -> tuple[Path, list[str]]:
+    """The release in its official form (JPEG photos) with ``truncate`` count-2 images cut to
+    half their bytes, as an interrupted download leaves them; returns (root, cut file names)."""
+    from countgym.scenes.photos import url_image_stem
+
+    make_pixmo_release(root, per_count=3)
+    cut: list[str] = []
+    rows = [json.loads(line) for line in (root / "test.jsonl").read_text().splitlines()]
+    for row in rows:
+        png = root / "images" / f"{url_image_stem(row['image_url'])}.png"
+        jpg = png.with_suffix(".jpg")
+        buf = io.BytesIO()
+        Image.open(png).convert("RGB").save(buf, format="JPEG", quality=90)
+        png.unlink()
+        data = buf.getvalue()
+        if row["count"] == 2 and len(cut) < truncate:
+            data = data[: len(data) // 2]
+            cut.append(jpg.name)
+        jpg.write_bytes(data)
+    return root, cut
+
+
+def test_truncated_jpeg_is_skipped_and_reported(tmp_path: Path) -> None:
+    root, cut = _jpeg_release(tmp_path / "rel", truncate=2)
+    with Image.open(root / "images" / cut[0]) as im:
+        im.verify()  # the container check alone passes a truncated JPEG
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ds = Dataset(prepare_pixmo(root, tmp_path / "out", per_count=3, progress=False))
+    counts = Counter(s.n for s in ds)
+    assert counts[2] == 1 and all(counts[n] == 3 for n in range(3, 11))
+    assert all(ds.load_image(s).size[0] > 0 for s in ds)  # every selected image decodes in full
+    msgs = [str(w.message) for w in caught]
+    skipped = [m for m in msgs if "skipped 2 undecodable" in m]
+    assert len(skipped) == 1 and all(name in skipped[0] for name in cut) and "truncated" in skipped[0]
+    assert any("count 2: 1 images present, 3 wanted" in m for m in msgs)
+
+
+def test_cached_set_rebuilds_when_a_broken_image_is_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from countgym.scenes.photos.pixmo import cached_pixmo
+
+    monkeypatch.setenv("COUNTGYM_CACHE", str(tmp_path / "cache"))
+    root, cut = _jpeg_release(tmp_path / "rel", truncate=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        first = Dataset(cached_pixmo(root))
+        whole = io.BytesIO()
+        Image.new("RGB", (64, 48), "white").save(whole, format="JPEG")
+        (root / "images" / cut[0]).write_bytes(whole.getvalue())  # downloaded again, same name
+        second = Dataset(cached_pixmo(root))
+    assert len(second) == len(first) + 1

@@ -8,11 +8,11 @@ import gymnasium as gym
 import pytest
 
 from countgym.errors import UserError
+from countgym.scenes.batteries import resolve_with_photos
 from countgym.scenes.photos import (
     ENV_IDS,
     detect_release,
     resolve_photo_dataset,
-    resolve_with_photos,
 )
 from tests.test_photos_fixtures import (
     ensure_photo_resolver,

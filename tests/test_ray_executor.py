@@ -177,7 +177,7 @@ def test_spend_cap_stops_launching_shards(local_ray, tiny_dataset, tmp_path: Pat
 def test_vllm_endpoint_sweep_on_ray_matches_local(local_ray, tiny_dataset, tmp_path: Path) -> None:
     """Local models at scale: Ray tasks talk to one OpenAI-compatible (vLLM-like) endpoint."""
     pytest.importorskip("litellm")
-    from countgym.agents.testserver import TestServer
+    from countgym.testing.server import TestServer
 
     model = "hosted_vllm/Qwen/Qwen2.5-VL-7B-Instruct"
     with TestServer() as srv:
@@ -201,3 +201,28 @@ def test_ray_shards_redact_credentials_like_the_local_runner(tiny_dataset) -> No
     rec = run_one(spec, tiny_dataset, policy_factory("oracle"), "cell", "four", 0)
     assert rec.end == "answer" and rec.episode_id == "cell/four/r0"
     assert rec.arm.options["api_key"] == "<redacted>" and "sk-x" not in rec.model_dump_json()
+
+
+def test_plugin_on_single_step_tasks_through_ray(
+    local_ray, tiny_countercount: Path, tiny_countvideo: Path, tmp_path: Path
+) -> None:
+    """A plug-in written outside the package, on CounterCount and CountVideo environments of one
+    sweep, through `countgym sweep --executor ray`: its own answers reach the log and the audit."""
+    from countgym.cli import main
+
+    out = tmp_path / "runs"
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(f'''
+out = "{out}"
+envs = [{{ id = "countgym/CounterCount-v0", dataset = "{tiny_countercount}" }},
+        {{ id = "countgym/CountVideo-v0", dataset = "{tiny_countvideo}" }}]
+arms = ["any_task_policy:AnswerSeven"]
+''')
+    assert main(["sweep", str(cfg), "--executor", "ray", "--no-progress"]) == 0
+    recs = read_records([out])
+    assert len(recs) == 4 + 2 and {r.answer for r in recs} == {7}
+    assert {r.env for r in recs} == {"countgym/CounterCount-v0", "countgym/CountVideo-v0"}
+    assert all(p.parent.name.endswith(".shards") for p in out.rglob("*.jsonl"))
+    assert main(["audit", str(out), "--out", str(tmp_path / "audit"), "--resamples", "50"]) == 0
+    html = (tmp_path / "audit" / "report.html").read_text()
+    assert 'id="countercount"' in html and 'id="countvideo"' in html

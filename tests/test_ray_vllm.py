@@ -14,9 +14,9 @@ from PIL import Image
 pytest.importorskip("litellm")
 
 from countgym.agents.registry import cell_env_options  # noqa: E402
-from countgym.agents.testserver import TestServer  # noqa: E402
 from countgym.logs import read_records  # noqa: E402
 from countgym.runner import CellSpec, run_cell  # noqa: E402
+from countgym.testing.server import TestServer  # noqa: E402
 
 SERVED = "Qwen/Qwen2.5-VL-7B-Instruct"
 MODEL = f"hosted_vllm/{SERVED}"

@@ -104,9 +104,9 @@ def test_budget_end_and_invalid_end_rewards(tiny_dataset) -> None:
     pts = _norm(FOUR, (768, 768))
     # Budget spent, the final request not answered: the announced count is the 3 tags.
     assert _episode(env, "four", [Tag(points=pts[:3]), "I am not sure"]) == [-0.5, -1.0]
-    # Three unparseable replies in a row: no count, scored as minus the true count.
+    # Three re-issued unparseable replies, then a fourth ends it: no count, scored as minus the true count.
     env = CountImageEnv(tiny_dataset, reward="neg_abs_error")
-    assert _episode(env, "four", ["x", "y", "z"]) == [0.0, 0.0, -4.0]
+    assert _episode(env, "four", ["w", "x", "y", "z"]) == [0.0, 0.0, 0.0, -4.0]
     env = CountImageEnv(tiny_dataset, reward="exact")
     assert _episode(env, "two", ["x", "y", "z"]) == [0.0, 0.0, 0.0]
 

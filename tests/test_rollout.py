@@ -100,7 +100,7 @@ def test_mixed_end_states_in_one_vector_step(tiny_dataset, asynchronous: bool) -
     assert ends == {"answer", "invalid"}
     for t in trajs:
         if t.end == "invalid":
-            assert t.answer is None and t.length == 3 and t.truncated and t.stats["answered"] is False
+            assert t.answer is None and t.length == 4 and t.truncated and t.stats["answered"] is False
         else:
             assert t.answer == 2 and t.rewards == [float(t.truth == 2)]
 

@@ -28,18 +28,21 @@ def test_episode_stats_extends_record_episode_statistics(tiny_dataset) -> None:
     # Three tool calls; "replace" left one tag on the image; answered and correct.
     assert (s["tool_calls"], s["tags"], s["answered"], s["correct"], s["end"]) == (3, 1, True, True, "answer")
     env.reset(seed=0, options={"stimulus_id": "two"})
-    for reply in ("a", "b", "c"):
+    for reply in ("a", "b", "c", "d"):  # three re-issues, the fourth invalid reply ends it
         *_, info = env.step(reply)
     s = info[STATS_KEY]
     assert (s["tool_calls"], s["tags"], s["answered"], s["correct"], s["end"]) == (0, 0, False, False, "invalid")
-    assert list(env.return_queue) == pytest.approx([-0.5, 0.0]) and list(env.length_queue) == [5, 3]
+    assert list(env.return_queue) == pytest.approx([-0.5, 0.0]) and list(env.length_queue) == [5, 4]
     assert list(env.tool_call_queue) == [3, 0] and list(env.answered_queue) == [True, False]
     assert list(env.correct_queue) == [True, False] and list(env.tag_queue) == [1, 0]
 
 
-def test_episode_stats_refuses_the_key_the_env_uses(tiny_dataset) -> None:
-    with pytest.raises(ValueError, match="taken by CountImageEnv"):
-        EpisodeStats(CountImageEnv(tiny_dataset), stats_key="episode")
+def test_episode_stats_can_take_gymnasiums_key(tiny_dataset) -> None:
+    env = EpisodeStats(CountImageEnv(tiny_dataset), stats_key="episode")
+    env.reset(seed=0, options={"stimulus_id": "two"})
+    *_, info = env.step(Answer(count=2))
+    assert info["episode"]["correct"] and info["episode"]["l"] == 1
+    assert info["episode_record"].answer == 2
 
 
 def test_task_info_carries_what_a_policy_may_know(wide_dataset) -> None:

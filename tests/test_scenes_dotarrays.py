@@ -25,21 +25,24 @@ from countgym.scenes import (
 )
 from countgym.scenes import batteries as bat
 from countgym.scenes.dotarrays import (
+    GENERATOR_VERSION,
     JITTER,
     MIN_GAP,
     RADIUS,
+    RANDOM_FIELD,
     SIDE,
     ArraySpec,
     random_centres,
 )
+from countgym.scenes.dotarrays_stats import PAPER_TAU, tau_stats
 from countgym.stimulus import Dataset, Stimulus, write_manifest
 
 # Pixel hashes (SHA-256 of the decoded RGB bytes, not of the PNG file: PNG bytes also depend
 # on the zlib build, which is not the generator's business). Update only on purpose, with a
 # GENERATOR_VERSION bump.
 GOLDEN = {
-    "main-random-n025-s0": "4de4882d5503004d0949dc479f73bbdfd4d5331777d7bff30f94a3f42b571955",
-    "hetero-n015-s2": "066893dd3e060ea09941de7b4063b70b2e69737822beb37db4ad78eb8cd22aa4",
+    "main-random-n025-s0": "7c188ae599141640cefd7a1b7ba07cae27da96dbd0d8736448050ed3284eee17",
+    "hetero-n015-s2": "a885575099a9f61c957f357ee3ec3a4b848b8fa1d9bce94b28666a158a8e9f29",
     "lattice-hex-n030-s3": "24eaae2075aa9386c76df2dfe8ab623a6cbdb235943a3d534ac33d3681df94fa",
 }
 ALL_BATTERIES = ("dotarrays", "dotarrays-xl", "lattice")  # dotarrays-main is inside dotarrays
@@ -122,6 +125,35 @@ def test_random_min_gap(stimuli: dict[str, Stimulus]) -> None:
         assert s.meta["min_gap"] == MIN_GAP  # no fallback was needed anywhere, even at n=200
         extent = r * 1.555 if s.meta["set"] == "heterogeneous" else r
         assert _pairwise_min(pts) >= 2 * extent + MIN_GAP - 1e-9, s.id
+
+
+def test_random_centres_stay_in_the_field(stimuli: dict[str, Stimulus]) -> None:
+    lo, hi = (1 - RANDOM_FIELD) / 2 * SIDE, (1 + RANDOM_FIELD) / 2 * SIDE
+    spans = []
+    for s in stimuli.values():
+        if s.meta["arrangement"] != "random":
+            continue
+        pts = np.asarray(s.points + [tuple(p) for p in s.meta.get("distractors", [])])
+        if s.meta["set"] == "xl":  # 200 discs at the 8 px gap need the whole canvas
+            assert s.meta["field"] == 1.0
+            continue
+        assert s.meta["field"] == RANDOM_FIELD
+        assert pts.min() >= lo - 1e-9 and pts.max() <= hi + 1e-9, s.id
+        spans.append(pts.max(axis=0) - pts.min(axis=0))
+    # The field is used, not just a bound: the widest arrays reach across most of it.
+    assert np.max(spans) > 0.9 * (hi - lo)
+
+
+def test_tau_statistics_match_the_paper() -> None:
+    # Give the Model a Finger, App. E: median tau 44 px, range 17-272 over the battery.
+    stats = {s.group: s for s in tau_stats("dotarrays")}
+    every = stats["all"]
+    assert every.images == 260  # 272 images less the 12 with one disc (no nearest neighbour)
+    assert round(every.median) == PAPER_TAU["median"]
+    assert round(every.min) == PAPER_TAU["min"]
+    assert abs(every.max - PAPER_TAU["max"]) <= 0.05 * PAPER_TAU["max"]
+    # Regular lattices fill the canvas (cell = side / columns); random arrays are denser.
+    assert stats["main/random"].median < stats["main/regular"].median
 
 
 def test_clustered_no_overlap(stimuli: dict[str, Stimulus]) -> None:
@@ -336,10 +368,10 @@ def test_resolve_dataset_builds_cache_once(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setattr(bat, "make_battery", counting)
     ds = resolve_dataset("lattice")
     assert len(ds) == 12 and ds.name == "lattice"
-    assert ds.root == tmp_path / "cache" / "lattice-v1"
+    assert ds.root == tmp_path / "cache" / f"lattice-v{GENERATOR_VERSION}"
     again = resolve_dataset("lattice")
     assert calls == ["lattice"] and again.ids() == ds.ids()
-    assert [p.name for p in (tmp_path / "cache").iterdir()] == ["lattice-v1"]  # no temp left
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [f"lattice-v{GENERATOR_VERSION}"]  # no temp left
 
 
 def test_cache_race_loser_discards_its_copy(
@@ -349,12 +381,12 @@ def test_cache_race_loser_discards_its_copy(
     real = bat.make_battery
 
     def racing(name: str, out: Path, **kw: object) -> Path:
-        real(name, tmp_path / "lattice-v1", limit=3, progress=False)  # the other process wins
+        real(name, tmp_path / f"lattice-v{GENERATOR_VERSION}", limit=3, progress=False)  # the other process wins
         return real(name, out, limit=5, **kw)
 
     monkeypatch.setattr(bat, "make_battery", racing)
     assert len(resolve_dataset("lattice")) == 3
-    assert [p.name for p in tmp_path.iterdir()] == ["lattice-v1"]
+    assert [p.name for p in tmp_path.iterdir()] == [f"lattice-v{GENERATOR_VERSION}"]
 
 
 def test_resolve_dataset_subsets(

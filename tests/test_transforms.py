@@ -171,9 +171,9 @@ def test_cached_copy_is_built_once_and_named(tiny_dataset: Dataset) -> None:
 
 
 def test_resolve_transformed_folder_name(tiny_dataset: Dataset) -> None:
-    from countgym.scenes.photos import resolve_photo_dataset
+    from countgym.scenes import resolve_dataset
 
-    ds = resolve_photo_dataset(f"{tiny_dataset.root}+rot180")
+    ds = resolve_dataset(f"{tiny_dataset.root}+rot180")
     assert ds is not None and ds.ids() == [f"{i}-rot180" for i in tiny_dataset.ids()]
-    sub = resolve_photo_dataset("dotarrays:ablation+mirror")
+    sub = resolve_dataset("dotarrays:ablation+mirror")
     assert sub is not None and len(sub) == 68 and all(s.meta["transform"] == "mirror" for s in sub)

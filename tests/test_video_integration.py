@@ -7,12 +7,12 @@ from pathlib import Path
 import gymnasium as gym
 from gymnasium.utils.env_checker import check_env
 
-from countgym.agents.testserver import TestServer
 from countgym.analysis.tables import write_audit_files
 from countgym.cli import main
 from countgym.logs import read_records
 from countgym.registration import SINGLE_STEP_ENVS
 from countgym.runner import CellSpec, run_cell
+from countgym.testing.server import TestServer
 
 
 def _tiny_video(tmp_path: Path) -> Path:
@@ -43,3 +43,39 @@ def test_countvideo_end_to_end(tmp_path: Path, monkeypatch) -> None:
     files = write_audit_files([tmp_path / "runs"], tmp_path / "audit")
     assert 'id="countvideo"' in files.report.read_text()
     assert (tmp_path / "audit" / "countvideo" / "bias.csv").is_file()
+    # Table 6 of Appendix F: EM per shape and per colour, one row per model / arm label, over
+    # the shapes and colours of the stimuli the episodes saw
+    import pandas as pd
+
+    em = pd.read_csv(tmp_path / "audit" / "countvideo" / "em_by_class.csv")
+    assert list(em.columns[:4]) == ["model", "n_items", "cube", "sphere"]
+    assert sorted(em["model"]) == ["openai/blob / video-p1", "openai/blob / video-p3"]
+    assert (em["n_items"] == 4).all()
+    epis = pd.read_csv(tmp_path / "audit" / "episodes.csv")
+    shapes = set(epis["shape"].dropna())
+    assert shapes and all(em[s].notna().all() for s in shapes)
+    assert "EM (%) by object class" in files.report.read_text()
+
+
+def test_errored_video_episodes_are_counted_not_scored(tmp_path: Path) -> None:
+    """A failed model call is no wrong answer: the bias table leaves it out and counts it."""
+    import pandas as pd
+
+    from countgym.analysis.task_sections import write_task_sections
+
+    data = _tiny_video(tmp_path)
+    recs = []
+    from countgym.envs.video_env import CountVideoEnv
+
+    env = CountVideoEnv(str(data), arm="p", model="m")
+    for i, sid in enumerate(s.id for s in env.dataset):
+        env.reset(seed=0, options={"stimulus_id": sid})
+        env.step(f"ANSWER: {env.dataset[sid].n}")
+        rec = env.episode_record()
+        if i == 0:  # the first episode's model call failed
+            rec = rec.model_copy(update={"end": "error", "answer": None, "error": "[transient] 503"})
+        recs.append(rec)
+    write_task_sections(recs, tmp_path / "audit")
+    bias = pd.read_csv(tmp_path / "audit" / "countvideo" / "bias.csv").set_index("model")
+    row = bias.drop(index="Oracle").iloc[0]
+    assert (row["errors"], row["n_items"], row["exact_match"], row["coverage"]) == (1, len(recs) - 1, 1.0, 1.0)

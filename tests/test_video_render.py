@@ -15,7 +15,6 @@ from scipy import ndimage
 from countgym.errors import MissingExtraError, UserError
 from countgym.scenes.video import geometry as geo
 from countgym.scenes.video import make_countvideo
-from countgym.scenes.video.fast_render import render_frames
 from countgym.scenes.video import specs as dsg
 from countgym.scenes.video.dataset import select_specs
 from countgym.scenes.video.fast_render import COLORS_RGB, render_direct, render_frames

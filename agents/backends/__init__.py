@@ -6,10 +6,10 @@ from countgym.agents.backends.base import (
     ChatModel,
     Message,
     image_part,
-    make_backend,
     message,
     text_part,
 )
+from countgym.agents.backends.factory import make_backend
 
 __all__ = [
     "BaseChatModel",

@@ -1,38 +1,58 @@
 """Hosted and OpenAI-compatible models through litellm, with our own retry loop.
 
-litellm is imported lazily on the first call (it takes seconds and, unless told otherwise,
-fetches a cost map over the network at import). Retries are ours (litellm and the OpenAI SDK
+litellm is imported lazily when the first backend is built (it takes seconds and, unless told
+otherwise, fetches a cost map over the network at import). Retries are ours (litellm and the OpenAI SDK
 are called with zero retries) so that the policy is explicit, bounded and testable: rate limits
 (honouring ``Retry-After``), 5xx, timeouts, dropped connections, malformed bodies and empty
 choices are retried with exponential backoff and jitter; auth errors, bad requests, context
 overflows and content filters end the call at once with ``Reply.error`` set. API keys are
 scrubbed from every error text this module produces.
+
+Deadlines, not read timeouts: ``timeout_s`` is the total time one attempt may take, from the
+request to the last byte of the reply, enforced even when a server sends one byte every second
+(a read timeout alone never fires then). Calls run as ``litellm.acompletion`` on one background
+event loop under ``asyncio.wait_for``, so a late attempt is cancelled and its connection closed,
+not left running. Inside an ``episode_scope`` (the runner opens one per episode) the calls of an
+episode also share ``episode_timeout_s``. A call that fails for a passing reason returns an error
+marked ``[transient]``: resume re-runs such episodes and analysis does not score them. A 429 that
+asks to wait longer than ``max_total_wait_s`` (or says the quota is spent) raises
+``ProviderQuotaError``: the cell stops with one line instead of failing every episode at once.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import email.utils
 import importlib.util
+import json
 import os
 import random
 import re
 import threading
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from countgym.agents.backends.base import BaseChatModel, Message, png_data_url
+from countgym.agents.backends.litellm_import import load_litellm as _litellm
+from countgym.agents.backends.reasoning import ReasoningRequest, reasoning_request
+from countgym.deadlines import episode_elapsed
 from countgym.envs.actions import Reply
-from countgym.errors import MissingExtraError
+from countgym.errors import TRANSIENT_MARK, MissingExtraError, ProviderQuotaError
 from countgym.logs import Usage
+from countgym.secrets import redact_url, register_secret, register_url_secrets, scrub_text
 
-_LITELLM: Any = None
-_LITELLM_LOCK = threading.Lock()
+_LOOP: asyncio.AbstractEventLoop | None = None
+_LOOP_PID = 0
+_LOOP_LOCK = threading.Lock()
+# Extra wait for a cancelled attempt to unwind before the caller stops waiting for it anyway.
+_CANCEL_GRACE_S = 5.0
 _MAX_ERROR_CHARS = 600
 # Status codes worth another attempt; everything else in 4xx is the request's own fault.
 _RETRY_STATUS = frozenset({408, 409, 425, 429})
-_SECRET_ENV_RE = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
 _SECRET_PATTERNS = (
     re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}"),
     re.compile(r"(?i)(bearer\s+)[A-Za-z0-9_\-\.=]{6,}"),
@@ -45,21 +65,19 @@ class _RetryableResponse(Exception):
     """A 200 response that carries no usable answer (empty choices, no message)."""
 
 
-def _litellm() -> Any:
-    """Import litellm once, offline, quietly."""
-    global _LITELLM
-    with _LITELLM_LOCK:
-        if _LITELLM is None:
-            # Without this, importing litellm fetches its model-cost map over the network.
-            os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-            try:
-                import litellm
-            except ImportError:
-                raise MissingExtraError("litellm", "api") from None
-            litellm.suppress_debug_info = True
-            litellm.telemetry = False
-            _LITELLM = litellm
-    return _LITELLM
+class _AttemptDeadline(Exception):
+    """An attempt that did not deliver a whole reply within its total deadline."""
+
+
+def _event_loop() -> asyncio.AbstractEventLoop:
+    """The background event loop every call runs on (one per process, started on first use)."""
+    global _LOOP, _LOOP_PID
+    with _LOOP_LOCK:
+        if _LOOP is None or _LOOP.is_closed() or _LOOP_PID != os.getpid():
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="countgym-litellm-io", daemon=True).start()
+            _LOOP, _LOOP_PID = loop, os.getpid()
+        return _LOOP
 
 
 class LiteLLMBackend(BaseChatModel):
@@ -70,15 +88,23 @@ class LiteLLMBackend(BaseChatModel):
             ``hosted_vllm/...``).
         api_base: endpoint URL for OpenAI-compatible servers (vLLM, the local test server).
         api_key: the key; by default litellm reads the provider's variable from the environment.
-        temperature: sampling temperature (0: the paper's setting).
+        temperature: sampling temperature (0: the papers' greedy setting); None sends none, so
+            the model samples with its provider's default parameters (CounterCount thinking mode).
         max_tokens: completion token cap.
-        reasoning_effort: sent where supported ("low" as in the paper); None omits it.
-        thinking: False sends ``thinking_off_effort`` instead (the thinking-off control).
-        thinking_off_effort: the effort sent when thinking is off ("minimal"; "none" or
-            "disable" on providers that accept those).
-        timeout_s: per-attempt timeout.
+        reasoning: the reasoning mode, one of ``agents.backends.reasoning.MODES``: "low" (the
+            Finger setting), "off" (what disables reasoning on this provider), "default" (send
+            nothing), "on". None derives it from ``thinking`` and ``reasoning_effort``.
+        reasoning_effort: "low" (default) means mode "low"; None means mode "default"; any other
+            value is sent as it is.
+        thinking: False means mode "off" (the thinking-off control).
+        thinking_off_effort: an explicit ``reasoning_effort`` for mode "off" instead of the
+            provider rule (recorded as unverified).
+        timeout_s: total deadline of one attempt (request sent to whole reply read), in seconds.
         max_attempts: attempts per call, first one included.
-        max_total_wait_s: bound on the summed backoff sleeps of one call.
+        max_total_wait_s: bound on the summed backoff sleeps of one call; a 429 asking for a
+            longer wait stops the cell (``ProviderQuotaError``).
+        episode_timeout_s: total deadline of all calls of one episode (inside an
+            ``episode_scope``); None: no episode deadline.
         backoff_base_s / backoff_max_s: exponential backoff base and cap.
         input_cost_per_token / output_cost_per_token: prices (USD) when litellm does not know
             the model; when given they take precedence over litellm's cost map.
@@ -94,14 +120,16 @@ class LiteLLMBackend(BaseChatModel):
         *,
         api_base: str | None = None,
         api_key: str | None = None,
-        temperature: float = 0.0,
+        temperature: float | None = 0.0,
         max_tokens: int | None = 4096,
+        reasoning: str | None = None,
         reasoning_effort: str | None = "low",
         thinking: bool = True,
-        thinking_off_effort: str | None = "minimal",
+        thinking_off_effort: str | None = None,
         timeout_s: float = 120.0,
         max_attempts: int = 6,
         max_total_wait_s: float = 300.0,
+        episode_timeout_s: float | None = 3600.0,
         backoff_base_s: float = 1.0,
         backoff_max_s: float = 60.0,
         input_cost_per_token: float | None = None,
@@ -115,16 +143,27 @@ class LiteLLMBackend(BaseChatModel):
             raise MissingExtraError("litellm", "api")
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
+        if not timeout_s > 0 or (episode_timeout_s is not None and not episode_timeout_s > 0):
+            raise ValueError(f"timeout_s and episode_timeout_s must be > 0, got {timeout_s}, {episode_timeout_s}")
+        register_secret(api_key)
+        register_url_secrets(api_base)
+        # Import now (seconds), so that the first episode's deadline does not pay for it.
+        _litellm()
         self.model = model
         self.api_base = api_base
         self._api_key = api_key
         self.temperature = temperature
         self.max_tokens = max_tokens
-        self.reasoning_effort = reasoning_effort if thinking else thinking_off_effort
         self.thinking = thinking
+        self.reasoning = _reasoning_request(
+            model, api_base, max_tokens, reasoning, reasoning_effort, thinking, thinking_off_effort
+        )
+        self.reasoning_effort = self.reasoning.params.get("reasoning_effort")
+        _warn_if_not_disabled(model, self.reasoning)
         self.timeout_s = timeout_s
         self.max_attempts = max_attempts
         self.max_total_wait_s = max_total_wait_s
+        self.episode_timeout_s = episode_timeout_s
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
         self.input_cost_per_token = input_cost_per_token
@@ -136,21 +175,25 @@ class LiteLLMBackend(BaseChatModel):
         self._sleep = sleep
 
     def __repr__(self) -> str:  # never show the key
-        return f"LiteLLMBackend(model={self.model!r}, api_base={self.api_base!r})"
+        api_base = redact_url(self.api_base) if self.api_base else None
+        return f"LiteLLMBackend(model={self.model!r}, api_base={api_base!r})"
 
     def provider_params(self) -> dict[str, Any]:
         """The provider parameters worth logging (no key)."""
         return {
             "model": self.model,
-            "api_base": self.api_base,
-            "temperature": self.temperature,
+            "api_base": redact_url(self.api_base) if self.api_base else None,
+            "temperature": "provider default" if self.temperature is None else self.temperature,
             "max_tokens": self.max_tokens,
             "reasoning_effort": self.reasoning_effort,
+            **self.reasoning.loggable(),
+            **({"extra_params": dict(self.extra_params)} if self.extra_params else {}),
         }
 
     # --- calls ----------------------------------------------------------------------------------
-    def complete(self, messages: list[Message]) -> Reply:
-        """One chat call with retries; never raises on provider faults."""
+    def complete(self, messages: list[Message], *, tools: list[dict[str, Any]] | None = None) -> Reply:
+        """One chat call with retries; never raises on provider faults. ``tools``: OpenAI-style
+        function definitions (native tool calling); the reply's ``tool_calls`` come back on it."""
         start = time.perf_counter()
         try:
             wire = to_openai_messages(messages)
@@ -158,32 +201,63 @@ class LiteLLMBackend(BaseChatModel):
             return Reply(text="", error=f"cannot encode request: {e}", latency_s=0.0)
         waited = 0.0
         last_error = ""
-        for attempt in range(1, self.max_attempts + 1):
+        attempt = 0
+        while attempt < self.max_attempts:
+            left = self._episode_left()
+            if left is not None and left <= 0:
+                last_error += f" (episode deadline of {self.episode_timeout_s:g} s reached)"
+                break
+            attempt += 1
+            budget = self.timeout_s if left is None else min(self.timeout_s, left)
             try:
-                response = self._call(wire)
+                response = self._call(wire, budget, tools)
                 reply = self._to_reply(response)
             except Exception as e:  # provider faults arrive as many exception types
                 retryable, retry_after = self._classify(e)
                 last_error = self.scrub(f"{type(e).__name__}: {_message_of(e)}")
                 if not retryable:
                     return Reply(text="", error=last_error, latency_s=time.perf_counter() - start)
+                self._stop_on_quota(e, retry_after, last_error)
                 if attempt == self.max_attempts:
                     break
                 delay = self._delay(attempt, retry_after)
                 if waited + delay > self.max_total_wait_s:
                     last_error += f" (next wait {delay:.1f} s would exceed max_total_wait_s)"
                     break
+                left = self._episode_left()
+                if left is not None and delay >= left:
+                    last_error += f" (next wait {delay:.1f} s would pass the episode deadline)"
+                    break
                 self._sleep(delay)
                 waited += delay
                 continue
             reply.latency_s = time.perf_counter() - start
             return reply
-        return Reply(
-            text="",
-            error=f"gave up after {attempt} attempt(s), {waited:.1f} s of backoff: {last_error}"[
-                :_MAX_ERROR_CHARS
-            ],
-            latency_s=time.perf_counter() - start,
+        error = f"{TRANSIENT_MARK} gave up after {attempt} attempt(s), {waited:.1f} s of backoff: {last_error}"
+        return Reply(text="", error=error[:_MAX_ERROR_CHARS], latency_s=time.perf_counter() - start)
+
+    def _episode_left(self) -> float | None:
+        """Seconds left of the current episode's deadline (None: no episode deadline applies)."""
+        elapsed = episode_elapsed()
+        if elapsed is None or self.episode_timeout_s is None:
+            return None
+        return self.episode_timeout_s - elapsed
+
+    def _stop_on_quota(self, e: BaseException, retry_after: float | None, error: str) -> None:
+        """Raise ``ProviderQuotaError`` for a 429 no retry within this call's limits can outlast."""
+        if getattr(e, "status_code", None) != 429:
+            return
+        spent = "insufficient_quota" in error.lower()
+        if not spent and (retry_after is None or retry_after <= self.max_total_wait_s):
+            return
+        if spent:
+            why = "says the quota is spent"
+        else:
+            until = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(time.time() + retry_after))  # type: ignore[operator]
+            why = f"asks to wait {retry_after:.0f} s (until {until}), more than max_total_wait_s={self.max_total_wait_s:g}"
+        raise ProviderQuotaError(
+            f"{self.model}: the provider's rate limit (HTTP 429) {why}; stopped the cell, "
+            "re-run the same command later to resume it"
         )
 
     def complete_batch(self, batch: Sequence[list[Message]]) -> list[Reply]:
@@ -191,23 +265,43 @@ class LiteLLMBackend(BaseChatModel):
         if len(batch) <= 1:
             return [self.complete(m) for m in batch]
         with ThreadPoolExecutor(max_workers=min(len(batch), self.batch_concurrency)) as pool:
-            return list(pool.map(self.complete, batch))
+            # Each worker runs in a copy of this thread's context: the episode clock goes along.
+            futures = [pool.submit(contextvars.copy_context().run, self.complete, m) for m in batch]
+            return [f.result() for f in futures]
 
-    def _call(self, wire: list[dict[str, Any]]) -> Any:
+    def _call(
+        self, wire: list[dict[str, Any]], budget_s: float, tools: list[dict[str, Any]] | None = None
+    ) -> Any:
+        """One attempt: ``litellm.acompletion`` on the background loop, cancelled (connection
+        closed) when the whole reply has not arrived within ``budget_s`` seconds."""
         litellm = _litellm()
+        kwargs = self._kwargs(wire, budget_s)
+        if tools:
+            kwargs["tools"] = tools
+        coro = asyncio.wait_for(litellm.acompletion(**kwargs), budget_s)
+        future = asyncio.run_coroutine_threadsafe(coro, _event_loop())
+        try:
+            return future.result(timeout=budget_s + _CANCEL_GRACE_S)
+        except TimeoutError:
+            future.cancel()
+            raise _AttemptDeadline(
+                f"no complete reply within {budget_s:.1f} s (total deadline of one attempt)"
+            ) from None
+
+    def _kwargs(self, wire: list[dict[str, Any]], budget_s: float) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
             "model": self.model,
             "messages": wire,
-            "temperature": self.temperature,
-            "timeout": self.timeout_s,
+            "timeout": budget_s,
             "num_retries": 0,  # our loop retries; the SDK's own retries would hide faults
             "max_retries": 0,
             "drop_params": True,  # models without reasoning_effort just ignore it
         }
+        if self.temperature is not None:
+            kwargs["temperature"] = self.temperature
         if self.max_tokens is not None:
             kwargs["max_tokens"] = self.max_tokens
-        if self.reasoning_effort is not None:
-            kwargs["reasoning_effort"] = self.reasoning_effort
+        kwargs.update(self.reasoning.params)
         if self.api_base is not None:
             kwargs["api_base"] = self.api_base
         key = self._api_key
@@ -217,7 +311,7 @@ class LiteLLMBackend(BaseChatModel):
         if key is not None:
             kwargs["api_key"] = key
         kwargs.update(self.extra_params)
-        return litellm.completion(**kwargs)
+        return kwargs
 
     def _to_reply(self, response: Any) -> Reply:
         choices = getattr(response, "choices", None) or []
@@ -229,14 +323,21 @@ class LiteLLMBackend(BaseChatModel):
             raise _RetryableResponse("response choice has no message")
         finish = getattr(choice, "finish_reason", None)
         text = getattr(msg, "content", None) or ""
+        tool_calls = _tool_calls_of(msg)
         if finish == "content_filter":
             raise _ContentFiltered("the provider's content filter stopped the reply")
-        if not text.strip() and finish not in ("length",):
+        if not text.strip() and not tool_calls and finish not in ("length",):
             # "length" with no text is a model that spent its budget thinking: not a fault to
             # retry; the env treats the empty reply as invalid and asks again.
             raise _RetryableResponse(f"empty reply (finish_reason={finish!r})")
         usage = _usage_of(response)
-        return Reply(text=text, usage=usage, cost=self._cost(response, usage))
+        if self.reasoning.mode == "off" and usage is not None and (usage.reasoning_tokens or 0) > 0:
+            _warn_once(
+                (self.model, "observed"),
+                f"{self.model}: reasoning was requested off but the provider reported "
+                f"{usage.reasoning_tokens} reasoning tokens (recorded per step)",
+            )
+        return Reply(text=text, usage=usage, cost=self._cost(response, usage), tool_calls=tool_calls)
 
     def _cost(self, response: Any, usage: Usage | None) -> float | None:
         if self.input_cost_per_token is not None or self.output_cost_per_token is not None:
@@ -290,13 +391,59 @@ class LiteLLMBackend(BaseChatModel):
     # --- secrets --------------------------------------------------------------------------------
     def scrub(self, text: str) -> str:
         """Remove the API key (and anything key-like) from a text meant for logs."""
-        secrets = [self._api_key] if self._api_key else []
-        secrets += [v for k, v in os.environ.items() if _SECRET_ENV_RE.search(k) and len(v) >= 8]
-        for s in sorted(set(secrets), key=len, reverse=True):
-            text = text.replace(s, "***")
+        if self._api_key:
+            text = text.replace(self._api_key, "***")
+        text = scrub_text(text)
         for pat in _SECRET_PATTERNS:
             text = pat.sub(lambda m: (m.group(1) if m.re.groups else "") + "***", text)
         return text[:_MAX_ERROR_CHARS]
+
+
+_WARNED: set[tuple[str, str]] = set()
+_WARNED_LOCK = threading.Lock()
+
+
+def _warn_once(key: tuple[str, str], message: str) -> None:
+    with _WARNED_LOCK:
+        if key in _WARNED:
+            return
+        _WARNED.add(key)
+    warnings.warn(message, UserWarning, stacklevel=3)
+
+
+def _reasoning_request(
+    model: str,
+    api_base: str | None,
+    max_tokens: int | None,
+    reasoning: str | None,
+    reasoning_effort: str | None,
+    thinking: bool,
+    thinking_off_effort: str | None,
+) -> ReasoningRequest:
+    """The reasoning parameters the constructor arguments ask for."""
+    if reasoning is None:
+        if not thinking:
+            reasoning = "off"
+        elif reasoning_effort is None:
+            reasoning = "default"
+        elif reasoning_effort == "low":
+            reasoning = "low"
+        else:  # an explicit effort: sent as it is
+            return ReasoningRequest("effort", {"reasoning_effort": reasoning_effort})
+    if reasoning == "off" and thinking_off_effort is not None:
+        return ReasoningRequest(
+            "off", {"reasoning_effort": thinking_off_effort}, disabled=None,
+            note=f"thinking_off_effort={thinking_off_effort!r} set by the user",
+        )
+    return reasoning_request(model, reasoning, api_base=api_base, max_tokens=max_tokens)
+
+
+def _warn_if_not_disabled(model: str, req: ReasoningRequest) -> None:
+    """Warn once per model when reasoning was asked off and is not known to be."""
+    if req.mode == "off" and req.disabled is not True:
+        what = "cannot be disabled" if req.disabled is False else "may not be disabled"
+        _warn_once((model, "request"), f"{model}: reasoning {what}: {req.note} (recorded in the "
+                   "episode's provider parameters)")
 
 
 class _ContentFiltered(Exception):
@@ -340,6 +487,27 @@ def _retry_after(e: BaseException) -> float | None:
         return max(0.0, email.utils.mktime_tz(parsed) - time.time())
 
 
+def _tool_calls_of(msg: Any) -> list[dict[str, Any]] | None:
+    """The message's native tool calls in OpenAI form (plain dicts), or None."""
+    calls = getattr(msg, "tool_calls", None) or []
+    out = []
+    for c in calls:
+        fn = getattr(c, "function", None)
+        if fn is None and isinstance(c, dict):
+            fn = c.get("function")
+        get = (lambda o, k: o.get(k)) if isinstance(fn, dict) else getattr
+        args = get(fn, "arguments") if fn is not None else None
+        out.append({
+            "id": str((c.get("id") if isinstance(c, dict) else getattr(c, "id", None)) or f"call_{len(out)}"),
+            "type": "function",
+            "function": {
+                "name": str(get(fn, "name") or "") if fn is not None else "",
+                "arguments": args if isinstance(args, str) else json.dumps(args or {}),
+            },
+        })
+    return out or None
+
+
 def _usage_of(response: Any) -> Usage | None:
     usage = getattr(response, "usage", None)
     if usage is None:
@@ -357,12 +525,32 @@ def to_openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
     """Our messages in OpenAI wire format: images as base64 PNG data URLs.
 
     System and assistant turns are sent as plain strings (some providers reject part lists
-    there); user turns keep their parts in order.
+    there); user turns keep their parts in order. Native tool calling: an assistant turn keeps
+    its ``tool_calls``; a ``tool`` turn is sent as its text, and its images follow in a user
+    turn (OpenAI accepts only text in tool results).
     """
     out: list[dict[str, Any]] = []
     for m in messages:
         role = m["role"]
         content = m.get("content")
+        if role == "tool":
+            parts = content if isinstance(content, list) else [{"type": "text", "text": str(content or "")}]
+            text = "\n".join(p["text"] for p in parts if p.get("type") == "text")
+            out.append({"role": "tool", "tool_call_id": m.get("tool_call_id", ""), "content": text})
+            images = [
+                {"type": "image_url", "image_url": {"url": png_data_url(p["image"])}}
+                for p in parts
+                if p.get("type") == "image"
+            ]
+            if images:
+                out.append({"role": "user", "content": images})
+            continue
+        if role == "assistant" and m.get("tool_calls"):
+            text = content if isinstance(content, str) else "\n".join(
+                p["text"] for p in content or [] if p.get("type") == "text"
+            )
+            out.append({"role": "assistant", "content": text or None, "tool_calls": m["tool_calls"]})
+            continue
         if isinstance(content, str):
             out.append({"role": role, "content": content})
             continue

@@ -1,7 +1,8 @@
 """Local vision-language models through transformers (``AutoModelForImageTextToText``).
 
 The model's own chat template formats the conversation (Qwen2.5-VL, Qwen3-VL, SmolVLM,
-Gemma-3, ...). Decoding is greedy. ``complete_batch`` pads on the left and generates a whole batch
+Gemma-3, ...). Decoding is greedy, or sampling with the checkpoint's own generation parameters
+(``decoding="sample"``: CounterCount thinking mode, Section 4.1.4 and App. C.7). ``complete_batch`` pads on the left and generates a whole batch
 at once, which is where local inference gets its throughput. Weights are loaded once per
 (path, device, dtype) and shared by every backend instance in the process, since the runner
 makes one policy per episode.
@@ -46,7 +47,10 @@ class TransformersBackend(BaseChatModel):
         dtype: ``"auto"`` (the checkpoint's), ``"bfloat16"``, ``"float16"`` or ``"float32"``.
         max_new_tokens: generation cap per reply.
         batch_size: requests per ``generate`` call in ``complete_batch``.
-        thinking: False passes ``enable_thinking=False`` to templates that know it (Qwen3).
+        thinking: False / True pass ``enable_thinking=False`` / ``True`` to templates that know
+            it (Qwen3 and the like); None leaves the template's default.
+        decoding: "greedy", or "sample": sampling with the checkpoint's generation config
+            (temperature, top-p, top-k, ...; the library defaults where it ships none).
         chat_template_kwargs: extra variables for the chat template.
         download: allow fetching from the hub (off: runs never download implicitly).
         trust_remote_code: forwarded to ``from_pretrained``.
@@ -60,7 +64,8 @@ class TransformersBackend(BaseChatModel):
         dtype: str = "auto",
         max_new_tokens: int = 1024,
         batch_size: int = 8,
-        thinking: bool = True,
+        thinking: bool | None = None,
+        decoding: str = "greedy",
         chat_template_kwargs: dict[str, Any] | None = None,
         download: bool = False,
         trust_remote_code: bool = False,
@@ -68,13 +73,16 @@ class TransformersBackend(BaseChatModel):
         _require_local()
         if batch_size < 1 or max_new_tokens < 1:
             raise ValueError("batch_size and max_new_tokens must be >= 1")
+        if decoding not in ("greedy", "sample"):
+            raise UserError(f"decoding must be 'greedy' or 'sample', got {decoding!r}")
+        self.decoding = decoding
         self.model = f"hf:{path}"
         self.path = path
         self.max_new_tokens = max_new_tokens
         self.batch_size = batch_size
         self.template_kwargs = dict(chat_template_kwargs or {})
-        if not thinking:
-            self.template_kwargs.setdefault("enable_thinking", False)
+        if thinking is not None:
+            self.template_kwargs.setdefault("enable_thinking", bool(thinking))
         self.processor, self.hf_model, self._lock = _load(
             path, device, dtype, download, trust_remote_code
         )
@@ -92,16 +100,25 @@ class TransformersBackend(BaseChatModel):
             "device": str(self.hf_model.device),
             "dtype": str(self.hf_model.dtype),
             "max_new_tokens": self.max_new_tokens,
-            "decoding": "greedy",
+            "decoding": self.decoding,
+            **self._sampling_params(),
             **self.template_kwargs,
         }
 
+    def _sampling_params(self) -> dict[str, Any]:
+        """The sampling parameters generation uses (the checkpoint's generation config)."""
+        if self.decoding != "sample":
+            return {}
+        cfg = self.hf_model.generation_config
+        keys = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+        return {k: getattr(cfg, k, None) for k in keys if getattr(cfg, k, None) is not None}
+
     def complete(self, messages: list[Message]) -> Reply:
-        """One greedy generation."""
+        """One generation (greedy or sampled, as configured)."""
         return self.complete_batch([messages])[0]
 
     def complete_batch(self, batch: Sequence[list[Message]]) -> list[Reply]:
-        """Greedy generation for several conversations, ``batch_size`` at a time (left padded)."""
+        """Generation for several conversations, ``batch_size`` at a time (left padded)."""
         out: list[Reply] = []
         for i in range(0, len(batch), self.batch_size):
             out.extend(self._generate(batch[i : i + self.batch_size]))
@@ -116,8 +133,10 @@ class TransformersBackend(BaseChatModel):
             with self._lock:  # one generate at a time per model; batching is the parallelism
                 inputs = self._inputs(convs)
                 with torch.inference_mode():
+                    # Sampling takes temperature, top-p, top-k from the model's generation config.
                     generated = self.hf_model.generate(
-                        **inputs, max_new_tokens=self.max_new_tokens, do_sample=False
+                        **inputs, max_new_tokens=self.max_new_tokens,
+                        do_sample=self.decoding == "sample",
                     )
         except Exception as e:  # OOM, too-long context, a bad image: end this episode, not the run
             msg = " ".join(f"{type(e).__name__}: {e}".split())[:600]

@@ -6,7 +6,7 @@ with the same code as the local runner and appends them to its OWN log file,
 ``<out>/<cell-stem>.shards/<run-id>-<k>.jsonl``. No two writers ever share a file, so appends
 need no coordination across processes or machines; the audit reads the shard logs and the main
 cell log as one run (they hold distinct episodes). Resume reads every file of a cell
-(``countgym.executors.done_in_cell``) and skips what any of them holds.
+(``countgym.cells.done_in_cell``) and skips what any of them holds.
 
 Spend cap: the driver adds up the cost recorded by finished shards and stops launching shards
 once the sweep's total reaches ``max_cost``; a shard also stops starting episodes once its own
@@ -21,23 +21,29 @@ and countgym (plus any plug-in policy module) must be importable on the workers
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import threading
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
-import countgym
+from countgym.cells import (
+    CellSpec,
+    cell_log_files,
+    clear_cell,
+    done_in_cell,
+    done_in_files,
+    drop_transient_errors,
+    shard_dir,
+)
 from countgym.errors import MissingExtraError, UserError
-from countgym.executors import cell_log_files, clear_cell, done_in_cell, done_in_files, shard_dir
 from countgym.logs import EpisodeRecord, LogWriter
-from countgym.runner import CellResult, CellSpec, run_one, run_pairs
+from countgym.runner import CellResult, run_one, run_pairs, write_cell_header
 from countgym.sweep import SweepConfig, expand
 
 MAX_AUTO_SHARD = 50
@@ -96,6 +102,7 @@ def run_sweep_ray(
     max_in_flight: int | None = None,
     task_options: dict[str, Any] | None = None,
     runtime_env: dict[str, Any] | None = None,
+    retry_errors: bool = True,
 ) -> list[CellResult]:
     """Run every cell of a sweep as Ray tasks (resuming), honouring the sweep-wide spend cap.
 
@@ -112,6 +119,7 @@ def run_sweep_ray(
             for API-bound episodes or ``{"num_gpus": 1}`` for local models.
         runtime_env: Ray runtime environment (cluster: ``{"py_modules": [...]}`` or
             ``{"working_dir": ...}`` for plug-in policies).
+        retry_errors: re-run episodes whose record is a transient error (the default).
 
     Returns one ``CellResult`` per cell, in ``expand(cfg)`` order, with ``log`` the main log
     path (shard logs sit beside it in ``<cell-stem>.shards/``).
@@ -131,7 +139,9 @@ def run_sweep_ray(
         slots = max(1, int(cpus // per_task)) if per_task > 0 else max(1, int(cpus))
         in_flight = max_in_flight or (slots if cfg.max_cost is not None else 2 * slots)
         run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
-        plans = [_plan_cell(i, spec, out, run_id, force, shard_size, slots) for i, spec in enumerate(cells)]
+        plans = [
+            _plan_cell(i, spec, out, run_id, force, shard_size, slots, retry_errors) for i, spec in enumerate(cells)
+        ]
         remote = ray.remote(_run_shard).options(**opts)
         if progress:
             n_ep = sum(len(s.pairs) for p in plans for s in p.shards)
@@ -145,30 +155,34 @@ def run_sweep_ray(
 
 
 def _plan_cell(
-    index: int, spec: CellSpec, out: Path, run_id: str, force: bool, shard_size: int | None, slots: int
+    index: int, spec: CellSpec, out: Path, run_id: str, force: bool, shard_size: int | None, slots: int,
+    retry_errors: bool = True,
 ) -> _Plan:
     """Prepare one cell like ``run_cell`` does, and cut its pending episodes into shards."""
-    from countgym.agents.registry import is_model_arm, policy_factory
-    from countgym.scenes import resolve_dataset
+    from countgym.agents.registry import check_agent_task, is_model_arm, policy_factory
+    from countgym.preflight import check_cell
+    from countgym.tasks import load_dataset, task_of_env
 
+    env_id = spec.env_id()
+    check_agent_task(spec.agent, task_of_env(env_id), env_id)
     out.mkdir(parents=True, exist_ok=True)
     if force:
         clear_cell(out, spec)
     log = out / spec.log_name()
-    (out / (log.stem + ".cell.json")).write_text(
-        json.dumps({**asdict(spec), "countgym_version": countgym.__version__}, indent=2, default=str)
-    )
+    write_cell_header(out / (log.stem + ".cell.json"), spec)
     if not is_model_arm(spec.agent):
         # Fail fast here on a bad plug-in spec or option, not once per Ray task. (Model arms
         # would load weights or build clients here; their backends are built in the tasks.)
         policy_factory(spec.agent, spec.model, spec.agent_options)
     for f in cell_log_files(out, spec):
         LogWriter(f)  # cut a half-written last line left by a killed writer
+    retried = drop_transient_errors(cell_log_files(out, spec)) if retry_errors else 0
     done, cost = done_in_cell(out, spec)
-    ds = resolve_dataset(spec.dataset)
+    ds = load_dataset(env_id, spec.dataset)
     ids = ds.ids()[: spec.limit] if spec.limit is not None else ds.ids()
+    check_cell(spec.agent, ds, ids, env=env_id)
     todo = [(sid, r) for r in range(spec.repeats) for sid in ids if (sid, r) not in done]
-    result = CellResult(log=log, skipped=len(ids) * spec.repeats - len(todo), cost=cost)
+    result = CellResult(log=log, skipped=len(ids) * spec.repeats - len(todo), cost=cost, retried=retried)
     size = shard_size or max(1, min(MAX_AUTO_SHARD, math.ceil(len(todo) / (2 * slots))))
     folder = shard_dir(out, spec)
     shards = [
@@ -250,14 +264,14 @@ def _run_shard(
 ) -> dict[str, Any]:
     """Run one shard's episodes into its own log file (a Ray task; also callable directly)."""
     from countgym.agents.registry import policy_factory
-    from countgym.scenes import resolve_dataset
+    from countgym.tasks import load_dataset
 
     path = Path(shard_path)
     writer = LogWriter(path)
     # A task retried by Ray after its worker died finds its own earlier records: skip them.
     already, _ = done_in_files([path]) if path.exists() else (set(), 0.0)
     pairs = [p for p in pairs if tuple(p) not in already]
-    ds = resolve_dataset(spec.dataset)
+    ds = load_dataset(spec.env_id(), spec.dataset)
     factory = policy_factory(spec.agent, spec.model, spec.agent_options, concurrency=concurrency)
     log_stem = Path(spec.log_name()).stem
     summary: dict[str, Any] = {"ran": 0, "errors": 0, "cost": 0.0, "stopped_by_cost": False, "error_messages": []}

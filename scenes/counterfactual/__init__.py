@@ -5,6 +5,7 @@
 ``mask_bb`` are the region tools the interventions and internals analyses use.
 """
 
+from .categories import canonical_category
 from .draw import SIZE, Layer, Scene, rasterize, render
 from .generator import (
     BATTERY,
@@ -46,6 +47,7 @@ __all__ = [
     "Subject",
     "blur_outside",
     "box_mask",
+    "canonical_category",
     "cached_countercount",
     "draw",
     "load_countercount",

@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 from PIL import Image
 from shapely.ops import unary_union
-from tqdm import tqdm
 
 from countgym.errors import UserError
 from countgym.stimulus import Dataset, Stimulus, write_manifest
 
+from ..cache import progress_bar
 from .animals import ANIMALS
 from .draw import SIZE, Scene, pixel_box, rasterize, render
 from .objects import OBJECTS
@@ -78,6 +78,9 @@ def draw(subject: Subject, count: int, seed: int = 0) -> Scene:
         raise AssertionError(f"{subject.key}: asked for {count} parts, {shown} visible")
     return scene
 
+BUILD_SECONDS_PER_IMAGE = 0.04
+"""Measured: the 214 images (factual and CF) build in about 8 s on one core."""
+
 
 def make_countercount(
     out: str | Path, *, seed: int = 0, limit: int | None = None, progress: bool = True
@@ -96,7 +99,7 @@ def make_countercount(
     for sub in ("images", "masks"):
         (out / sub).mkdir(parents=True, exist_ok=True)
     writer = _ImageWriter(out, seed)
-    bar = tqdm(specs, desc=f"scenes {BATTERY}", unit="pair", disable=None if progress else True)
+    bar = progress_bar(specs, total=len(specs), desc=f"scenes {BATTERY}", enabled=progress)
     stimuli = [st for spec in bar for st in writer.pair(spec)]
     write_manifest(out, stimuli)
     return out
@@ -176,11 +179,15 @@ def _save_png(img: Image.Image, path: Path) -> None:
 
 def cached_countercount(*, progress: bool = True) -> Path:
     """The default battery (seed 0) in the countgym cache, built once."""
-    from countgym.scenes.batteries import cache_root
-    from countgym.scenes.cache import build_once
+    from countgym.scenes.cache import build_once, cache_root
 
     final = cache_root() / f"{BATTERY}-v{GENERATOR_VERSION}"
-    return build_once(final, lambda tmp: make_countercount(tmp, progress=progress))
+    return build_once(
+        final,
+        lambda tmp: make_countercount(tmp, progress=progress),
+        items=2 * len(pair_specs()),
+        seconds_per_item=BUILD_SECONDS_PER_IMAGE,
+    )
 
 
 def resolve_countercount(dataset: str | Path | Dataset) -> Dataset:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from countgym.errors import UserError
+from countgym.scenes.counterfactual.categories import canonical_category
 from countgym.stimulus import MANIFEST, Dataset, Stimulus
 from countgym.stimulus import write_manifest as _write_manifest
 
@@ -148,7 +149,7 @@ def _pair(root: Path, where: str, raw: dict[str, Any]) -> list[Stimulus]:
             "battery": RELEASE_NAME,
             "subject": str(opt["name"] or rec["subject"]),
             "attribute": attribute,
-            "category": str(rec["category"]),
+            "category": canonical_category(str(rec["category"])) or str(rec["category"]).strip(),
             "canonical_count": c_o,
             "cf_count": c_a,
             "kind": kind,

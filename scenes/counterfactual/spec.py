@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .categories import CATEGORIES
 from .draw import RGB, Scene
 
 Palette = dict[str, RGB]
@@ -14,26 +15,6 @@ OUTLINE: RGB = (44, 38, 36)
 LINE = 3.0
 """Outline width in pixels of the 480-px canvas."""
 
-CATEGORIES: tuple[str, ...] = (
-    "Ancient Creatures",
-    "Birds",
-    "Bugs",
-    "Fictional Characters",
-    "Flag",
-    "Food",
-    "Functional",
-    "Housing",
-    "Human",
-    "Landmark",
-    "Logo",
-    "Mammals",
-    "Mythical Creatures",
-    "Reptiles",
-    "Sea Creatures",
-    "Symbol",
-    "Transportation",
-)
-"""The 17 CounterCount categories (Appendix C.4 lists them by their generic names)."""
 
 
 @dataclass(frozen=True)

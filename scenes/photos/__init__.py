@@ -36,7 +36,6 @@ from .resolve import (
     photo_set,
     release_root,
     resolve_photo_dataset,
-    resolve_with_photos,
 )
 
 __all__ = [
@@ -70,7 +69,6 @@ __all__ = [
     "read_pixmo_table",
     "release_root",
     "resolve_photo_dataset",
-    "resolve_with_photos",
     "select_fsc147",
     "url_image_stem",
 ]

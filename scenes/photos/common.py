@@ -11,17 +11,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from countgym.errors import UserError
-from countgym.scenes.cache import build_once  # noqa: F401 - re-exported for the photo loaders
+from countgym.scenes.cache import (  # noqa: F401 - re-exported for the photo loaders
+    DERIVED_CACHE_ENV,
+    build_once,
+    derived_cache_root,
+)
 from countgym.stimulus import Dataset, Stimulus
 
-DERIVED_CACHE_ENV = "COUNTGYM_DERIVED_CACHE"
 """Where prepared photo sets and transformed copies go (default ``$COUNTGYM_CACHE/derived``)."""
 
 SUBSETS_KEY = "subsets"
@@ -267,16 +269,6 @@ def round_robin(groups: Sequence[Sequence[Any]]) -> Iterator[Any]:
 
 
 # --------------------------------------------------------------------------- cache
-
-
-def derived_cache_root() -> Path:
-    """``$COUNTGYM_DERIVED_CACHE``, else ``<countgym cache>/derived``."""
-    env = os.environ.get(DERIVED_CACHE_ENV)
-    if env:
-        return Path(env).expanduser()
-    from countgym.scenes.batteries import cache_root
-
-    return cache_root() / "derived"
 
 
 def file_digest(paths: Iterable[Path], extra: str = "") -> str:

@@ -11,6 +11,11 @@ Dead links (HTTP 4xx other than 408/425/429, non-images, hash mismatches, oversi
 skipped at once; transient failures (timeouts, connection errors, 408/425/429/5xx) are retried
 ``retries`` times with exponential backoff and then reported as failed. Nothing raises for one bad
 URL; the ``DownloadReport`` lists every skip with its reason.
+
+``timeout`` is a deadline, not a read timeout: one attempt (connect, headers, body) ends when it
+passes, even if the server sends a byte every second. A watchdog shuts the attempt's socket
+down at the deadline, so a blocked read returns at once; the attempt then counts as a transient
+failure. An image therefore takes at most ``(retries + 1) x timeout`` plus the backoff sleeps.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ import hashlib
 import http.client
 import io
 import os
+import socket
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -66,6 +73,82 @@ class RejectedImage(ValueError):
 
 class _Transient(Exception):
     """A failure worth retrying."""
+
+
+class _Watchdog:
+    """Shuts down every socket of one attempt when the attempt's deadline passes."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.expired = False
+        self._socks: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def watch(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._socks.append(sock)
+            expired = self.expired
+        if expired:
+            _shutdown(sock)
+
+    def _fire(self) -> None:
+        with self._lock:
+            self.expired = True
+            socks = list(self._socks)
+        for sock in socks:
+            _shutdown(sock)
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+
+def _shutdown(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # already closed
+
+
+def _watched(base: type[http.client.HTTPConnection], dog: _Watchdog) -> type[http.client.HTTPConnection]:
+    """A connection class whose sockets (TLS handshake included) the watchdog can shut down."""
+
+    class Watched(base):  # type: ignore[valid-type, misc]
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            super().__init__(*args, **kwargs)
+            create = self._create_connection
+
+            def create_watched(*a: object, **k: object) -> socket.socket:
+                sock = create(*a, **k)
+                dog.watch(sock)
+                return sock
+
+            self._create_connection = create_watched
+
+    return Watched
+
+
+class _WatchedHTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, dog: _Watchdog) -> None:
+        super().__init__()
+        self._dog = dog
+
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_watched(http.client.HTTPConnection, self._dog), req)
+
+
+class _WatchedHTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, dog: _Watchdog) -> None:
+        super().__init__()
+        self._dog = dog
+
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        kwargs = {"context": self._context}  # type: ignore[attr-defined]
+        if hasattr(self, "_check_hostname"):  # Python < 3.12
+            kwargs["check_hostname"] = self._check_hostname
+        return self.do_open(_watched(http.client.HTTPSConnection, self._dog), req, **kwargs)
 
 
 def download_images(
@@ -147,9 +230,26 @@ def _fetch_one(
 
 
 def _get(url: str, *, timeout: float, max_bytes: int) -> bytes:
-    req = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
+    """One attempt, ended by its watchdog ``timeout`` seconds after it started."""
+    dog = _Watchdog(timeout)
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - scheme checked
+        data = _get_watched(url, timeout=timeout, max_bytes=max_bytes, dog=dog)
+    except _Transient:
+        if dog.expired:
+            raise _Transient(f"no complete response within {timeout:g} s (deadline of one attempt)") from None
+        raise
+    finally:
+        dog.cancel()
+    if dog.expired:  # a read cut short by the watchdog can look like a short body
+        raise _Transient(f"no complete response within {timeout:g} s (deadline of one attempt)")
+    return data
+
+
+def _get_watched(url: str, *, timeout: float, max_bytes: int, dog: _Watchdog) -> bytes:
+    req = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
+    opener = urllib.request.build_opener(_WatchedHTTPHandler(dog), _WatchedHTTPSHandler(dog))
+    try:
+        with opener.open(req, timeout=timeout) as resp:
             declared = resp.headers.get("Content-Length")
             if declared and declared.isdigit() and int(declared) > max_bytes:
                 raise RejectedImage(f"too large ({declared} bytes > {max_bytes})")

@@ -128,15 +128,20 @@ def download_pixmo_images(
                            timeout=timeout, backoff_s=backoff_s, progress=progress)
 
 
-def _readable(path: Path) -> bool:
+def decode_error(path: Path) -> str | None:
+    """Why an image file cannot be used (None when it decodes in full).
+
+    ``Image.verify()`` checks only the container, so a truncated JPEG download passes it and
+    then fails in every episode; the whole image is decoded here instead (bomb guard on).
+    """
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             with Image.open(path) as im:
-                im.verify()
-        return True
-    except Exception:  # noqa: BLE001 - any failure means the image is unusable
-        return False
+                im.load()
+        return None
+    except Exception as e:  # noqa: BLE001 - any failure means the image is unusable
+        return str(e).splitlines()[0] if str(e) else type(e).__name__
 
 
 def stimulus_id(row: PixmoRow) -> str:
@@ -167,6 +172,7 @@ def prepare_pixmo(
     (out / "images").mkdir(parents=True, exist_ok=True)
     stimuli: list[Stimulus] = []
     seen: set[str] = set()
+    broken: dict[str, str] = {}  # file name -> why it cannot be decoded
     for n in tqdm(COUNTS, desc="scenes pixmo", unit="count", disable=None if progress else True):
         cands = sorted((r for r in rows if r.count == n), key=lambda r: sort_key(seed, r.url, r.label))
         taken = 0
@@ -175,7 +181,11 @@ def prepare_pixmo(
                 break
             sid = stimulus_id(row)
             src = find_image(images, url_image_stem(row.url))
-            if sid in seen or src is None or not _readable(src):
+            if sid in seen or src is None:
+                continue
+            reason = decode_error(src)
+            if reason is not None:
+                broken[src.name] = reason
                 continue
             seen.add(sid)
             rel = f"images/{sid}{src.suffix.lower()}"
@@ -189,6 +199,14 @@ def prepare_pixmo(
             taken += 1
         if taken < per_count:
             warnings.warn(f"PixMo-Count count {n}: {taken} images present, {per_count} wanted", stacklevel=2)
+    if broken:
+        listed = [f"{IMAGE_DIR}/{name} ({why})" for name, why in broken.items()]
+        shown = "; ".join(listed[:3]) + (f"; ... ({len(listed) - 3} more)" if len(listed) > 3 else "")
+        warnings.warn(
+            f"PixMo-Count: skipped {len(broken)} undecodable image(s), as for dead links: {shown};"
+            " delete them and download again to restore them",
+            stacklevel=2,
+        )
     if not stimuli:
         raise missing_files_error("PixMo-Count", root, [f"readable images in {IMAGE_DIR}/ for counts 2-10"], PIXMO_DOCS)
     write_manifest(out, stimuli)
@@ -199,7 +217,12 @@ def cached_pixmo(root: str | Path, *, progress: bool = False) -> Path:
     """The prepared set in the derived-data cache; rebuilt when the table or the image list changes."""
     root = Path(root).expanduser()
     tables = table_files(root)
-    names = sorted(p.name for p in (root / IMAGE_DIR).iterdir()) if (root / IMAGE_DIR).is_dir() else []
+    # Size and mtime too: an image downloaded again under the same name must rebuild the set.
+    names = sorted(
+        f"{p.name}:{st.st_size}:{st.st_mtime_ns}"
+        for p in ((root / IMAGE_DIR).iterdir() if (root / IMAGE_DIR).is_dir() else [])
+        for st in [p.stat()]
+    )
     fp = file_digest(tables, extra=f"{root.resolve()}|v{PIXMO_VERSION}|{PER_COUNT}|{'/'.join(names)}")
     final = derived_cache_root() / "photos" / f"pixmo-v{PIXMO_VERSION}-{fp}"
     return build_once(final, lambda tmp: prepare_pixmo(root, tmp, progress=progress))

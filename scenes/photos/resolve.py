@@ -154,24 +154,20 @@ def download_photo_images(name: str, root: str | Path, **options: Any) -> Downlo
     raise UserError(f"{ps.title} ships its images; nothing to download (official release: {ps.docs})")
 
 
-def _default_base(name: str) -> Dataset:
-    from countgym.scenes.batteries import resolve_dataset
-
-    return resolve_dataset(name)
-
-
 def resolve_photo_dataset(name_or_path: str | Path, *, resolve_base: Resolver | None = None) -> Dataset | None:
     """A photo set, a photo subset or a transformed copy from its name; None for other names.
 
-    ``resolve_base`` resolves the base of a transformed name that is not a photo name
-    (default: ``countgym.scenes.batteries.resolve_dataset``).
+    ``resolve_base`` resolves the base of a transformed name that is not a photo name (without
+    it such a name gives None; ``countgym.scenes.resolve_dataset`` resolves every name).
     """
     text = str(name_or_path)
     base, kind = split_transform(text)
     if kind is not None:
         base_ds = resolve_photo_dataset(base, resolve_base=resolve_base)
         if base_ds is None:
-            base_ds = (resolve_base or _default_base)(base)
+            if resolve_base is None:
+                return None
+            base_ds = resolve_base(base)
         return transformed_dataset(base_ds, kind, name=text)
     head, colon, subset = text.rpartition(":")
     if not colon:
@@ -194,12 +190,6 @@ def resolve_photo_dataset(name_or_path: str | Path, *, resolve_base: Resolver | 
     return open_photo_set(found, path, subset, label=f"{found}:{subset}" if subset else found)
 
 
-def resolve_with_photos(name_or_path: str | Path) -> Dataset:
-    """``resolve_photo_dataset``, falling back to ``countgym.scenes.batteries.resolve_dataset``."""
-    ds = resolve_photo_dataset(name_or_path)
-    return ds if ds is not None else _default_base(str(name_or_path))
-
-
 __all__ = [
     "ENV_IDS",
     "PAPER_SUBSETS",
@@ -212,5 +202,4 @@ __all__ = [
     "photo_set",
     "release_root",
     "resolve_photo_dataset",
-    "resolve_with_photos",
 ]

@@ -23,11 +23,11 @@ from typing import Any
 
 import numpy as np
 from PIL import Image
-from tqdm import tqdm
 
 from countgym.errors import UserError
 from countgym.stimulus import Stimulus, write_manifest
 
+from ..cache import progress_bar
 from .geometry import (
     CANDIDATE_CAP,
     FPS,
@@ -47,6 +47,9 @@ RENDERERS = ("fast", "blender", "cycles", "eevee", "workbench")
 FRAME_FORMATS = ("jpg", "png")
 JPEG_QUALITY = 92
 PNG_COMPRESS_LEVEL = 1  # 1920 x 1080 frames: level 6 costs twice the time for 20 % less space
+BUILD_SECONDS_PER_VIDEO = 1.5
+"""Measured: about 3 s per 1920 x 1080 video (10 frames kept) with the fast renderer on one
+busy core, two workers in parallel; scaled by pixel count for smaller sizes."""
 SIZES = {"full": (1920, 1080), "half": (960, 540), "quarter": (480, 270)}
 """Named output sizes; the full benchmark is 1920 x 1080."""
 _POOL_MIN_VIDEOS = 4
@@ -107,16 +110,15 @@ def make_countvideo(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     tasks = [(s, seed, str(out), renderer, wh, frame_format, video, candidate_cap) for s in specs]
-    bar = {"total": len(tasks), "desc": f"scenes {BATTERY}", "unit": "video"}
-    disable = None if progress else True  # None: tqdm hides the bar when not a terminal
+    bar = {"total": len(tasks), "desc": f"scenes {BATTERY}", "enabled": progress}
     if workers <= 1 or len(tasks) < _POOL_MIN_VIDEOS:
-        stimuli = list(tqdm(map(_make_one, tasks), disable=disable, **bar))
+        stimuli = list(progress_bar(map(_make_one, tasks), **bar))
     else:
         # Blender is not fork-safe; numpy-only workers are, and forking starts faster.
         method = "spawn" if renderer != "fast" else None
         ctx = multiprocessing.get_context(method)
         with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-            stimuli = list(tqdm(pool.map(_make_one, tasks, chunksize=1), disable=disable, **bar))
+            stimuli = list(progress_bar(pool.map(_make_one, tasks, chunksize=1), **bar))
     write_manifest(out, stimuli)
     return out
 
@@ -258,4 +260,6 @@ def cached_countvideo(
         lambda tmp: make_countvideo(
             tmp, per_level=per_level, size=(w, h), progress=progress, workers=min(2, os.cpu_count() or 1)
         ),
+        items=len(select_specs(per_level, None)),
+        seconds_per_item=BUILD_SECONDS_PER_VIDEO * (w * h) / (1920 * 1080),
     )

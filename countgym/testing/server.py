@@ -16,11 +16,18 @@ DIRECT                   ``ANSWER: n``
 COT                      a sentence of reasoning, then ``ANSWER: n``
 LIST                     ``{"points": [...]}`` then ``ANSWER: n``
 TILE                     a count sentence, ``{"points": [...]}`` in the crop's frame, ``ANSWER: k``
+video PARSER, CF JUDGE   the last integer of the quoted reply, or ``NaN`` when it has none
 anything else            ``ANSWER: n``
 =======================  =========================================================================
 
+With ``tools`` in the request (the native tool protocol) the same decisions come back as
+``tool_calls`` (the thought stays in ``content``). ``stream: true`` is answered as server-sent
+events (content and tool-call deltas, the finish reason, a usage chunk when
+``stream_options.include_usage`` asks for it, then ``[DONE]``).
+
 Faults (``429`` with ``Retry-After``, ``500``, ``503``, ``timeout``, ``malformed``, ``empty``,
-``drop``, ``401``, ``400``, ``context``, ``filter``) come from an explicit per-request
+``drop``, ``401``, ``400``, ``context``, ``filter``, ``trickle``: headers at once, then the body
+one byte every ``trickle_interval_s``) come from an explicit per-request
 ``schedule`` and/or per-kind probabilities ``faults`` drawn from an RNG seeded by
 ``(seed, request index)``, so a run's fault sequence is reproducible.
 
@@ -48,7 +55,10 @@ from PIL import Image
 
 from countgym.agents.backends.base import decode_data_url
 from countgym.agents.blobs import detect_blobs
+from countgym.envs import cf_templates as CT
+from countgym.envs import native_tools as NT
 from countgym.envs import templates as T
+from countgym.envs import video_templates as VT
 
 FAULT_KINDS: tuple[str, ...] = (
     "429",
@@ -62,6 +72,7 @@ FAULT_KINDS: tuple[str, ...] = (
     "400",
     "context",
     "filter",
+    "trickle",
 )
 
 
@@ -83,10 +94,13 @@ def _template_regex(template: str) -> re.Pattern[str]:
 
 
 _SYSTEM_RE = _template_regex(T.SYSTEM)
+_NATIVE_SYSTEM_RE = _template_regex(NT.NATIVE_SYSTEM)
 _DIRECT_RE = _template_regex(T.DIRECT)
 _COT_RE = _template_regex(T.COT)
 _LIST_RE = _template_regex(T.LIST)
 _TILE_RE = _template_regex(T.TILE)
+_PARSER_RE = _template_regex(VT.PARSER)
+_JUDGE_RE = _template_regex(CT.JUDGE)
 _ONE_POINT_MARK = T.ONE_POINT.split("{", 1)[0]  # "Tag exactly ONE "
 _BUDGET_MARK = T.BUDGET_EXHAUSTED.split("{", 1)[0]
 _JSON_LINE_RE = re.compile(r"\{.*\}")
@@ -169,7 +183,7 @@ def model_reply(messages: Sequence[dict[str, Any]]) -> str:
     images = [u for m in messages for u in _images_of(m)]
     last_image = images[-1] if images else None
 
-    if hit := _SYSTEM_RE.search(system):
+    if hit := (_SYSTEM_RE.search(system) or _NATIVE_SYSTEM_RE.search(system)):
         target = _target_for(hit.group("obj"))
         has_turns = any(m.get("role") == "assistant" for m in messages)
         placed = _placed_tags(messages)
@@ -194,6 +208,10 @@ def model_reply(messages: Sequence[dict[str, Any]]) -> str:
             return f"Tag {placed} looks right. Next one.\n{tag}"
         return f"Every object carries exactly one tag.\n{answer}"
 
+    # The answer parser and the judge: this "model" reads the last integer of the quoted reply.
+    if (hit := _PARSER_RE.search(last_user)) or (hit := _JUDGE_RE.search(last_user)):
+        numbers = re.findall(r"(?<!\d)\d+(?!\d)", hit.group("response"))
+        return numbers[-1] if numbers else "NaN"
     if hit := _TILE_RE.search(last_user):
         pts, _ = _normalised_blobs(last_image, _target_for(hit.group("obj")))
         line = json.dumps({"points": pts}, separators=(",", ":"))
@@ -209,6 +227,47 @@ def model_reply(messages: Sequence[dict[str, Any]]) -> str:
     target = _target_for(hit.group("obj")) if hit else "dark"
     pts, _ = _normalised_blobs(last_image, target)
     return f"ANSWER: {len(pts)}"
+
+
+def native_to_text(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A native tool-calling conversation in the JSON protocol's shape: an assistant turn's
+    first tool call becomes its JSON action line, a tool result a user turn (the image-only user
+    turn that carries the tool's image is merged into it)."""
+    out: list[dict[str, Any]] = []
+    after_tool = False
+    for m in messages:
+        role = m.get("role")
+        if role == "assistant" and m.get("tool_calls"):
+            action = NT.call_to_action(m["tool_calls"][0])
+            line = json.dumps(action, separators=(",", ":")) if isinstance(action, dict) else ""
+            out.append({"role": "assistant", "content": f"{_text_of(m)}\n{line}".strip()})
+        elif role == "tool":
+            if after_tool:  # a not-executed note for a further call of the same reply
+                continue
+            out.append({"role": "user", "content": [{"type": "text", "text": _text_of(m)}]})
+            after_tool = True
+            continue
+        elif role == "user" and after_tool and not _text_of(m).strip():
+            out[-1] = {"role": "user", "content": [*(m.get("content") or []), *out[-1]["content"]]}
+        else:
+            out.append(dict(m))
+        after_tool = False
+    return out
+
+
+def to_tool_calls(text: str, index: int) -> tuple[str, list[dict[str, Any]] | None]:
+    """Split a JSON-protocol reply into (thought, native tool calls); no action line: no calls."""
+    head, _, last = text.strip().rpartition("\n")
+    try:
+        action = json.loads(last)
+    except ValueError:
+        return text, None
+    if not isinstance(action, dict) or not isinstance(action.get("tool"), str):
+        return text, None
+    name = action.pop("tool")
+    call = {"id": f"call_{index}_0", "type": "function",
+            "function": {"name": name, "arguments": json.dumps(action, separators=(",", ":"))}}
+    return head.strip(), [call]
 
 
 def image_size(url: str) -> tuple[int, int]:
@@ -255,7 +314,10 @@ class TestServer:
             does not change which request index fails).
         retry_after: value of the ``Retry-After`` header sent with 429s (seconds).
         timeout_sleep_s: how long a ``timeout`` fault stalls before answering normally.
-        reasoning_tokens: reasoning tokens reported per reply (included in completion tokens).
+        reasoning_tokens: reasoning tokens reported per reply (included in completion tokens);
+            0 for a request that turns reasoning off (``chat_template_kwargs.enable_thinking``
+            false, ``reasoning_effort`` "none", or OpenRouter's ``reasoning`` effort "none").
+        trickle_interval_s: seconds between the body's bytes under a ``trickle`` fault.
     """
 
     __test__ = False  # not a pytest test class
@@ -271,6 +333,7 @@ class TestServer:
         retry_after: float = 1,
         timeout_sleep_s: float = 3.0,
         reasoning_tokens: int = 16,
+        trickle_interval_s: float = 2.0,
     ) -> None:
         bad = [k for k in (faults or {}) if k not in FAULT_KINDS]
         bad += [k for k in (schedule or []) if k not in (None, "ok", *FAULT_KINDS)]
@@ -284,6 +347,7 @@ class TestServer:
         self.retry_after = retry_after
         self.timeout_sleep_s = timeout_sleep_s
         self.reasoning_tokens = reasoning_tokens
+        self.trickle_interval_s = trickle_interval_s
         self.request_count = 0
         self.fault_counts: Counter[str] = Counter()
         self.last_request: dict[str, Any] | None = None
@@ -420,8 +484,12 @@ class _Handler(BaseHTTPRequestHandler):
                 200, _envelope(index, model, None, {"prompt_tokens": 1, "completion_tokens": 0})
             )
             return
+        tool_calls = None
         try:
-            text = model_reply(messages)
+            native = bool(body.get("tools"))
+            text = model_reply(native_to_text(messages) if native else messages)
+            if native:
+                text, tool_calls = to_tool_calls(text, index)
         except Exception as e:  # a bad image in the request is the client's fault
             self._send_json(
                 400,
@@ -433,11 +501,27 @@ class _Handler(BaseHTTPRequestHandler):
                 },
             )
             return
-        usage = estimate_usage(messages, text, state.reasoning_tokens)
-        finish = "content_filter" if fault == "filter" else "stop"
-        self._send_json(
-            200, _envelope(index, model, text if fault != "filter" else "", usage, finish)
-        )
+        usage = estimate_usage(messages, text, 0 if _thinking_off(body) else state.reasoning_tokens)
+        finish = "content_filter" if fault == "filter" else ("tool_calls" if tool_calls else "stop")
+        reply = _envelope(index, model, text if fault != "filter" else "", usage, finish, tool_calls)
+        if body.get("stream"):
+            include = bool((body.get("stream_options") or {}).get("include_usage"))
+            self._send_stream(_stream_chunks(reply, include_usage=include))
+        else:
+            self._send_json(
+                200, reply, trickle_s=state.trickle_interval_s if fault == "trickle" else None
+            )
+
+    def _send_stream(self, chunks: list[dict[str, Any]]) -> None:
+        """Server-sent events, ending with ``data: [DONE]``."""
+        payload = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks)
+        payload += b"data: [DONE]\n\n"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
 
     def _send_fault(self, fault: str) -> bool:
         """Send an error response for ``fault``; False when the fault is not an HTTP error."""
@@ -487,7 +571,9 @@ class _Handler(BaseHTTPRequestHandler):
         )
         return True
 
-    def _send_json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
+    def _send_json(
+        self, status: int, obj: Any, headers: dict[str, str] | None = None, trickle_s: float | None = None
+    ) -> None:
         payload = json.dumps(obj).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -495,7 +581,26 @@ class _Handler(BaseHTTPRequestHandler):
         for k, v in (headers or {}).items():
             self.send_header(k, v)
         self.end_headers()
-        self.wfile.write(payload)
+        if trickle_s is None:
+            self.wfile.write(payload)
+            return
+        # A server that never stalls long enough for a read timeout, yet never finishes.
+        self.close_connection = True
+        for i in range(len(payload)):
+            self.wfile.write(payload[i : i + 1])
+            self.wfile.flush()
+            time.sleep(trickle_s)
+
+
+def _thinking_off(body: dict[str, Any]) -> bool:
+    """True when the request turns reasoning off the way vLLM, OpenAI or OpenRouter accept."""
+    template = body.get("chat_template_kwargs") or {}
+    reasoning = body.get("reasoning") or {}
+    return (
+        (isinstance(template, dict) and template.get("enable_thinking") is False)
+        or body.get("reasoning_effort") == "none"
+        or (isinstance(reasoning, dict) and (reasoning.get("effort") == "none" or reasoning.get("enabled") is False))
+    )
 
 
 def _bearer(header: str) -> str:
@@ -503,15 +608,17 @@ def _bearer(header: str) -> str:
 
 
 def _envelope(
-    index: int, model: str, text: str | None, usage: dict[str, Any], finish: str = "stop"
+    index: int,
+    model: str,
+    text: str | None,
+    usage: dict[str, Any],
+    finish: str = "stop",
+    tool_calls: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    choices = (
-        []
-        if text is None
-        else [
-            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
-        ]
-    )
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    choices = [] if text is None else [{"index": 0, "message": message, "finish_reason": finish}]
     return {
         "id": f"chatcmpl-countgym-{index}",
         "object": "chat.completion",
@@ -520,6 +627,32 @@ def _envelope(
         "choices": choices,
         "usage": usage,
     }
+
+
+def _stream_chunks(reply: dict[str, Any], *, include_usage: bool) -> list[dict[str, Any]]:
+    """A chat completion as ``chat.completion.chunk`` objects: role, content in two pieces,
+    tool calls, finish reason, and (when asked) a last chunk with the usage."""
+    base = {k: reply[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    out: list[dict[str, Any]] = []
+    if reply["choices"]:
+        choice = reply["choices"][0]
+        msg = choice["message"]
+        text = msg.get("content") or ""
+        out.append(chunk({"role": "assistant", "content": ""}))
+        half = len(text) // 2
+        for piece in (text[:half], text[half:]):
+            if piece:
+                out.append(chunk({"content": piece}))
+        for i, call in enumerate(msg.get("tool_calls") or []):
+            out.append(chunk({"tool_calls": [{"index": i, **call}]}))
+        out.append(chunk({}, choice["finish_reason"]))
+    if include_usage:
+        out.append({**base, "choices": [], "usage": reply["usage"]})
+    return out
 
 
 # --- command line -------------------------------------------------------------------------------

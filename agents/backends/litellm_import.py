@@ -1,0 +1,33 @@
+"""Importing litellm once, offline and quietly: shared by the litellm backend and the reasoning
+rules (which read litellm's model map), so neither imports the other."""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+from countgym.errors import MissingExtraError
+
+_LITELLM: Any = None
+_LITELLM_LOCK = threading.Lock()
+
+
+def load_litellm() -> Any:
+    """Import litellm once, offline, quietly."""
+    global _LITELLM
+    with _LITELLM_LOCK:
+        if _LITELLM is None:
+            # Without this, importing litellm fetches its model-cost map over the network.
+            os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+            try:
+                import litellm
+            except ImportError:
+                raise MissingExtraError("litellm", "api") from None
+            litellm.suppress_debug_info = True
+            litellm.telemetry = False
+            # httpx, as the synchronous path uses: the same URL and auth handling (aiohttp, the
+            # async default, rejects an api_base with credentials in it next to the bearer key).
+            litellm.disable_aiohttp_transport = True
+            _LITELLM = litellm
+    return _LITELLM

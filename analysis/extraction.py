@@ -1,0 +1,291 @@
+"""Model-assisted answer extraction at audit time: the CountVideoBench parser and the
+CounterCount judge, both cached on disk.
+
+- **Parser** (*CountVideoBench*, Section 5.1): video replies the environment's rules left
+  without a count (``extracted_by == "none"``) go to a model parser (the paper uses Qwen2.5-7B)
+  with ``video_templates.PARSER``; it answers one integer or NaN. ``countgym audit --parser MODEL``.
+- **Judge** (*CounterCount*, Section 3 and Appendix B.2): replies with several incompatible
+  numbers go to a judge with the paper's prompt. By default the judge is **the same model** that
+  produced the reply, in its baseline configuration (the run's model id and endpoint with the
+  backend's default decoding); ``--judge MODEL`` overrides it.
+
+Video episodes logged before ``extracted_by`` existed, and left without a count, are read again
+with today's rules first (``extracted_by = rule`` when they now give one). Resolved episodes get
+``answer``, ``end="answer"`` and ``extracted_by`` = ``parser`` or ``judge``, so every table (``episodes.csv``, ``summary.csv``, the task sections) scores them.
+A failed model call leaves its reply unresolved and is not cached (a later audit retries);
+after the first failure a backend is not called again in that audit (one note says so), so an
+unreachable endpoint cannot stall the audit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from countgym.envs import cf_templates
+from countgym.envs import video_templates as vt
+from countgym.logs import EpisodeRecord
+from countgym.secrets import scrub_data
+
+SAME_MODEL = "same"
+"""``judge=SAME_MODEL``: judge each reply with the model that wrote it (the paper's setting)."""
+
+
+@dataclass
+class Resolution:
+    """The records after the parser and judge ran, and what happened (for the report)."""
+
+    records: list[EpisodeRecord]
+    parsed: int = 0
+    judged: int = 0
+    unresolved: int = 0
+    notes: list[str] = field(default_factory=list)
+    parser_model: str | None = None
+    judge_models: list[str] = field(default_factory=list)
+
+    def provenance(self) -> dict[str, str]:
+        """Report provenance lines (only for what ran)."""
+        out: dict[str, str] = {}
+        if self.parser_model:
+            out["answer parser"] = f"{self.parser_model} ({self.parsed} replies resolved)"
+        if self.judge_models:
+            out["judge"] = f"{', '.join(self.judge_models)} ({self.judged} replies resolved)"
+        if self.notes:
+            out["extraction notes"] = "; ".join(self.notes)
+        return out
+
+
+def resolve_answers(
+    records: Sequence[EpisodeRecord],
+    *,
+    parser: Any = None,
+    judge: Any = None,
+    cache_dir: str | Path,
+    make_backend: Callable[[str, str | None], Any] | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> Resolution:
+    """Run the parser (video) and the judge (CounterCount) over the replies the rules left open.
+
+    ``parser``/``judge`` are ``ChatModel``-like objects (``complete(messages) -> Reply``);
+    ``judge=SAME_MODEL`` builds each record's own model with ``make_backend(model_id,
+    api_base)`` (the command line passes the CounterCount baseline backend; analysis never
+    builds backends itself). ``warn`` receives one line per problem."""
+    res = Resolution(list(records))
+    cache = Path(cache_dir)
+    if parser is not None:
+        res.parser_model = _model_id(parser)
+    ds_cache: dict[str, Any] = {}
+    backends = _Backends(make_backend, res, warn)
+    for i, rec in enumerate(res.records):
+        task = rec.env_options.get("task")
+        if task == "video" and rec.extracted_by is None and _parser_candidate(rec):
+            # A log from before these rules: read its reply again with today's rules.
+            rec = res.records[i] = _reread_video(rec, ds_cache)
+        if parser is not None and task == "video" and _parser_candidate(rec):
+            question = _video_question(rec, ds_cache)
+            prompt = vt.PARSER.format(question=question, response=rec.steps[0].reply)
+            key = [res.parser_model, vt.PARSER_HASH, question, rec.steps[0].reply]
+            value, ok = _ask(backends, parser, res.parser_model or "", prompt, key, cache / "countvideo" / "parser-cache")
+            if ok and value is not None:
+                res.records[i] = _resolved(rec, value, "parser")
+                res.parsed += 1
+            else:
+                res.unresolved += 1
+        elif judge is not None and task == "countercount" and _judge_candidate(rec):
+            model = judge
+            if judge == SAME_MODEL:
+                model = backends.same_model(rec)
+                if model is None:
+                    res.unresolved += 1
+                    continue
+            model_id = _model_id(model)
+            if model_id not in res.judge_models:
+                res.judge_models.append(model_id)
+            try:
+                question = _cf_question(rec, ds_cache)
+            except Exception as e:  # noqa: BLE001 - a missing dataset leaves the reply unresolved
+                backends.note(f"judge: no question for {rec.episode_id} ({type(e).__name__}: {e})")
+                res.unresolved += 1
+                continue
+            n_true = rec.truth.n if rec.truth else 0
+            prompt = cf_templates.JUDGE.format(question=question, response=rec.steps[0].reply or "", correct_answer=n_true)
+            key = [model_id, question, rec.steps[0].reply, n_true]  # the key analysis.cf uses
+            value, ok = _ask(backends, model, model_id, prompt, key, cache / "countercount" / "judge-cache", judge=True)
+            if ok and value is not None:
+                res.records[i] = _resolved(rec, value, "judge")
+                res.judged += 1
+            else:
+                res.unresolved += 1
+    if not res.judge_models and any(r.env_options.get("task") == "countercount" for r in res.records):
+        # Say which judge applies even when no reply needed one.
+        label = "none" if judge is None else "each run's own model" if judge == SAME_MODEL else _model_id(judge)
+        res.judge_models.append(label)
+    return res
+
+
+# --------------------------------------------------------------------------- candidates
+def _parser_candidate(rec: EpisodeRecord) -> bool:
+    return (
+        rec.answer is None
+        and rec.end == "invalid"
+        and bool(rec.steps)
+        and isinstance(rec.steps[0].reply, str)
+        and bool(rec.steps[0].reply.strip())
+    )
+
+
+def _judge_candidate(rec: EpisodeRecord) -> bool:
+    return (
+        rec.answer is None
+        and bool(rec.steps)
+        and (rec.steps[0].parse_error or "").startswith("ambiguous")
+        and isinstance(rec.steps[0].reply, str)
+    )
+
+
+def _resolved(rec: EpisodeRecord, value: int, by: str) -> EpisodeRecord:
+    steps = list(rec.steps)
+    steps[0] = steps[0].model_copy(update={"action": {"tool": "answer", "count": value, "method": by}})
+    return rec.model_copy(update={"answer": value, "end": "answer", "extracted_by": by, "steps": steps})
+
+
+def _reread_video(rec: EpisodeRecord, cache: dict[str, Any]) -> EpisodeRecord:
+    from countgym.envs.extract import Target, extract_count
+
+    stim = _stimulus(rec, cache)
+    target = None
+    if stim is not None and stim.meta.get("shape"):
+        color = stim.meta.get("color")
+        target = Target(str(stim.meta["shape"]), str(color) if color else None)
+    found = extract_count(rec.steps[0].reply, question=_video_question(rec, cache), target=target)
+    if found.value is None:
+        return rec
+    return _resolved(rec, found.value, "rule")
+
+
+# --------------------------------------------------------------------------- questions
+def _stimulus(rec: EpisodeRecord, cache: dict[str, Any]) -> Any:
+    """The episode's stimulus, or None when its dataset cannot be found."""
+    try:
+        from countgym.scenes import resolve_dataset
+
+        if rec.dataset not in cache:
+            cache[rec.dataset] = resolve_dataset(rec.dataset)
+        return cache[rec.dataset][rec.stimulus_id]
+    except Exception:  # noqa: BLE001 - the dataset moved
+        return None
+
+
+def _video_question(rec: EpisodeRecord, cache: dict[str, Any]) -> str:
+    """The question the episode asked (from the stimulus metadata and the prompt option)."""
+    prompt = vt.PROMPTS.get(str(rec.env_options.get("prompt", "P1")), vt.PROMPTS["P1"])
+    stim = _stimulus(rec, cache)
+    if stim is None:  # the dataset moved: ask about "objects"
+        return prompt.replace("{color} {shape}s", "objects")
+    shape, color = stim.meta.get("shape"), stim.meta.get("color")
+    if shape and color:
+        return prompt.format(color=color, shape=shape)
+    return prompt.replace("{color} {shape}s", stim.obj)
+
+
+def _cf_question(rec: EpisodeRecord, cache: dict[str, Any]) -> str:
+    from countgym.envs.cf_env import build_question
+    from countgym.scenes.counterfactual import resolve_countercount
+
+    if rec.dataset not in cache:
+        cache[rec.dataset] = resolve_countercount(rec.dataset)
+    stim = cache[rec.dataset][rec.stimulus_id]
+    opts = rec.env_options
+    return build_question(
+        stim, format=opts.get("question", "mcq"), cue=bool(opts.get("cue")), generic=bool(opts.get("generic"))
+    ).text
+
+
+# --------------------------------------------------------------------------- model calls
+def _model_id(model: Any) -> str:
+    return str(getattr(model, "model", type(model).__name__))
+
+
+class _Backends:
+    """Builds same-model judges once per (model, endpoint) and remembers failed ones."""
+
+    def __init__(self, make: Callable[..., Any] | None, res: Resolution, warn: Callable[[str], None] | None):
+        self._make = make
+        self._res = res
+        self._warn = warn
+        self._built: dict[tuple[str, str | None], Any] = {}
+        self.failed: set[str] = set()
+
+    def note(self, line: str) -> None:
+        if line not in self._res.notes:
+            self._res.notes.append(line)
+            if self._warn is not None:
+                self._warn(line)
+
+    def same_model(self, rec: EpisodeRecord) -> Any:
+        provider = rec.arm.options.get("provider") or {}
+        api_base = provider.get("api_base") if isinstance(provider, dict) else None
+        if isinstance(api_base, str) and ("<redacted>" in api_base or "@" in api_base):
+            api_base = None  # credentials were redacted from the log; litellm's own config applies
+        key = (rec.model, api_base)
+        if key not in self._built:
+            if self._make is None:
+                self._built[key] = None
+                self.note("judge: no model backend given for the same-model judge; replies with several numbers left unresolved")
+                return None
+            try:
+                # The baseline configuration: the arm's baseline decoding; only the endpoint is kept.
+                self._built[key] = self._make(rec.model, api_base)
+            except Exception as e:  # noqa: BLE001 - a scripted policy or a missing extra: no judge
+                self._built[key] = None
+                self.note(f"judge: model {rec.model!r} cannot judge its replies ({type(e).__name__}: {e}); left unresolved")
+        return self._built[key]
+
+
+def _ask(
+    backends: _Backends, model: Any, model_id: str, prompt: str, key: list[Any], cache: Path, *, judge: bool = False
+) -> tuple[int | None, bool]:
+    """(value, decided): from the cache, or one model call (cached when it succeeded)."""
+    digest = hashlib.sha256(json.dumps(key).encode("utf-8", "surrogatepass")).hexdigest()
+    path = cache / f"{digest}.json"
+    if path.is_file():
+        try:
+            stored = json.loads(path.read_text(encoding="utf-8"))
+            value = stored.get("value")
+            return (value if isinstance(value, int) and not isinstance(value, bool) else None), True
+        except (OSError, ValueError, AttributeError):
+            pass  # a damaged cache entry is asked again
+    if model_id in backends.failed:
+        return None, False
+    try:
+        reply = model.complete([{"role": "user", "content": [{"type": "text", "text": prompt}]}])
+        error = getattr(reply, "error", None)
+    except Exception as e:  # noqa: BLE001 - a plug-in model may raise
+        reply, error = None, f"{type(e).__name__}: {e}"
+    role = "judge" if judge else "parser"
+    if error is not None or reply is None:
+        backends.failed.add(model_id)
+        backends.note(f"{role} {model_id} failed ({str(error)[:200]}); its remaining replies are left unresolved")
+        return None, False
+    value = _read_value(reply.text, judge=judge)
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    entry = scrub_data({"model": model_id, "key": key, "reply": reply.text, "value": value})  # a model can echo a key
+    tmp.write_text(json.dumps(entry), encoding="utf-8")
+    tmp.replace(path)
+    return value, True
+
+
+def _read_value(text: Any, *, judge: bool) -> int | None:
+    """The integer a parser/judge reply states (NaN, several numbers or none: None)."""
+    if judge:
+        from countgym.envs.cf_env import extract_count as cf_extract
+
+        return cf_extract(text).value
+    from countgym.envs.extract import extract_count
+
+    return extract_count(text).value

@@ -1,0 +1,296 @@
+"""A cell is (environment, policy, options): everything that identifies a run's episodes.
+
+The task of a cell comes from its environment: a registered id (``countgym/CounterCount-v0``),
+or, when only a dataset is named, the environment of the task that claims that dataset
+(``countgym.tasks.env_for_dataset``). The agent is any policy; an agent that declares the tasks
+it runs on (every built-in arm does) is checked against the environment's task before any
+episode. ``make_cell`` builds a cell the way the CLI, sweeps and the Ray executor all do.
+
+A cell's episodes can be spread over several log files: the main log ``<out>/<cell>.jsonl``
+(the local run loop) and shard logs ``<out>/<cell>.shards/*.jsonl`` (one per Ray task). Every
+file holds whole records of distinct episodes, so the audit (which reads every ``*.jsonl``
+under a run folder) sees them as one run, and resume by either executor skips an episode found
+in ANY of them. The file helpers here are that shared view.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from countgym.errors import UserError, is_transient_error
+from countgym.logs import identity_options, iter_records
+
+SHARDS_SUFFIX = ".shards"
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    """One cell of a sweep: everything that identifies a run's episodes."""
+
+    dataset: str
+    """Battery name (optionally ``name:subset``) or dataset folder."""
+    agent: str
+    """Built-in policy/arm name or ``package.module:ClassName``."""
+    model: str = ""
+    """Model id for model-backed arms; scripted policies use their own name."""
+    env_options: dict[str, Any] = field(default_factory=dict)
+    """Environment options (tools, budget, verify, question, prompt, ...), on top of the arm's."""
+    agent_options: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments for the policy constructor."""
+    repeats: int = 1
+    limit: int | None = None
+    """Run only the first ``limit`` stimuli of the dataset (manifest order)."""
+    seed: int = 0
+    env: str = ""
+    """Registered environment id; empty: the environment of the dataset's task."""
+
+    def env_id(self) -> str:
+        """The registered environment id the cell runs (named, or the dataset's)."""
+        from countgym.tasks import env_for_dataset
+
+        return self.env or env_for_dataset(self.dataset)
+
+    def task(self) -> str:
+        """The task of the cell's environment."""
+        from countgym.tasks import task_of_env
+
+        return task_of_env(self.env_id())
+
+    def resolved_env_options(self) -> dict[str, Any]:
+        """The arm's own environment options overridden by ``env_options``."""
+        from countgym.agents.registry import base_env_options
+
+        return {**base_env_options(self.agent), **self.env_options}
+
+    def display_options(self) -> dict[str, Any]:
+        """The resolved environment options spelled as the log spells them (the tool list in
+        the environment's order, ``answer`` included), for the dry-run and progress lines."""
+        from countgym.envs.actions import canonical_tools
+
+        opts = self.resolved_env_options()
+        if "tools" in opts:
+            opts["tools"] = canonical_tools(opts["tools"])
+        return opts
+
+    def key(self) -> str:
+        """Short hash of the options that distinguish cells with the same names."""
+        # Credentials are not part of a cell's identity: a rotated key resumes the same cell.
+        payload: dict[str, Any] = {
+            "env": self.env_options, "agent": identity_options(self.agent_options), "seed": self.seed,
+        }
+        if self.env:
+            payload["env_id"] = self.env  # absent for the dataset's own env: old logs resume
+        return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:8]
+
+    def log_name(self) -> str:
+        """File name of the cell's log."""
+        model = self.model or self.agent
+        return f"{_slug(self.dataset)}__{_slug(self.agent)}__{_slug(model)}__{self.key()}.jsonl"
+
+
+def _slug(s: str) -> str:
+    s = re.sub(r"[^A-Za-z0-9.+-]+", "-", str(s).strip("/")).strip("-")
+    return s[-60:] or "x"
+
+
+def resolve_source(env: str | None, dataset: str | None) -> tuple[str, str]:
+    """(environment id, dataset) of a cell from ``--env`` and/or ``--data``; the environment id
+    is "" when it is the dataset's own (so a cell has one name however it is given)."""
+    from countgym.tasks import default_dataset, env_class, env_for_dataset
+
+    if not env and not dataset:
+        raise UserError("name an environment (--env ID) or a dataset (--data DIR|BATTERY)")
+    if env:
+        env_class(env)  # unknown ids fail here, naming the registered ones
+        if not dataset:
+            dataset = default_dataset(env)
+            if dataset is None:
+                raise UserError(f"environment {env} has no default dataset: pass --data")
+    assert dataset is not None
+    claimed = env_for_dataset(dataset)
+    if not env:
+        _check_claimed(dataset, claimed)
+    if env and claimed == env:
+        env = ""
+    return env or "", dataset
+
+
+def _check_claimed(dataset: str, claimed: str) -> None:
+    """A folder without a manifest that no task claims is the root of a released dataset whose
+    task cannot be read from it: ask for the environment rather than guess."""
+    from countgym.registration import TASKS
+
+    root = Path(dataset).expanduser()
+    fallback = list(TASKS.values())[-1].default_env
+    if claimed == fallback and root.is_dir() and not (root / "manifest.jsonl").is_file():
+        from countgym.tasks import load_dataset
+
+        try:
+            load_dataset(fallback, dataset)  # a release the fallback task reads (photo sets)
+        except UserError as e:
+            others = ", ".join(t.default_env for t in list(TASKS.values())[:-1])
+            raise UserError(
+                f"{root} has no manifest.jsonl, so its task is unknown: for the root of a released "
+                f"dataset name its environment with --env ({others}), else give a dataset folder "
+                f"({e})"
+            ) from None
+
+
+def make_cell(
+    *,
+    agent: str,
+    env: str | None = None,
+    dataset: str | None = None,
+    model: str = "",
+    tools: list[str] | None = None,
+    budget: int | None = None,
+    ablations: dict[str, Any] | None = None,
+    agent_options: dict[str, Any] | None = None,
+    repeats: int = 1,
+    limit: int | None = None,
+    seed: int = 0,
+) -> CellSpec:
+    """A validated cell: known agent, agent on its environment's task, options the environment
+    (or the arm) accepts; every mistake is one ``UserError`` before any episode."""
+    from countgym.agents.registry import (
+        cell_env_options,
+        check_agent_name,
+        check_agent_task,
+        is_model_arm,
+    )
+    from countgym.tasks import env_class, task_of_env
+
+    check_agent_name(agent)
+    env_id, dataset = resolve_source(env, dataset)
+    real_env = env_id or _env_of(dataset)
+    check_agent_task(agent, task_of_env(real_env), real_env)
+    ablations = dict(ablations or {})
+    thinking = ablations.get("thinking")
+    env_options = cell_env_options(agent, env_class(real_env), tools=tools, budget=budget, **ablations)
+    agent_options = dict(agent_options or {})
+    if is_model_arm(agent):
+        if not model:
+            raise UserError(f"arm {agent!r} calls a model: pass --model (e.g. openai/gpt-4o-mini or hf:/path)")
+        if thinking is False:
+            agent_options["thinking"] = False
+    elif model and ":" not in agent:
+        raise UserError(f"agent {agent!r} is model-free; drop --model")
+    return CellSpec(
+        dataset=dataset, agent=agent, model=model,
+        env_options=env_options, agent_options=agent_options, repeats=repeats, limit=limit,
+        seed=seed, env=env_id,
+    )
+
+
+def _env_of(dataset: str) -> str:
+    from countgym.tasks import env_for_dataset
+
+    return env_for_dataset(dataset)
+
+
+# --- a cell's log files ----------------------------------------------------------------------------
+def shard_dir_of(log: str | Path) -> Path:
+    """Shard folder beside a cell's main log ``<out>/<cell>.jsonl``: ``<out>/<cell>.shards``."""
+    log = Path(log)
+    return log.parent / (log.stem + SHARDS_SUFFIX)
+
+
+def shard_dir(out: str | Path, spec: CellSpec) -> Path:
+    """Folder of a cell's shard logs: ``<out>/<cell-stem>.shards``."""
+    return shard_dir_of(Path(out) / spec.log_name())
+
+
+def log_files_of(log: str | Path) -> list[Path]:
+    """Every existing log file of the cell whose main log is ``log``: the main log first, then
+    its shard logs (sorted). The main log need not exist."""
+    log = Path(log)
+    files = [log] if log.is_file() else []
+    shards = shard_dir_of(log)
+    if shards.is_dir():
+        files.extend(sorted(p for p in shards.glob("*.jsonl") if p.is_file()))
+    return files
+
+
+def cell_log_files(out: str | Path, spec: CellSpec) -> list[Path]:
+    """Every existing log file of a cell: the main log first, then its shard logs (sorted)."""
+    return log_files_of(Path(out) / spec.log_name())
+
+
+def done_in_files(files: list[Path]) -> tuple[set[tuple[str, int]], float]:
+    """(stimulus_id, repeat) pairs in the given log files and their recorded cost (each once)."""
+    done: set[tuple[str, int]] = set()
+    cost = 0.0
+    for rec in iter_records(files):
+        key = (rec.stimulus_id, rec.repeat)
+        if key in done:
+            continue
+        done.add(key)
+        cost += sum(s.cost or 0.0 for s in rec.steps)
+    return done, cost
+
+
+def done_in_cell(out: str | Path, spec: CellSpec) -> tuple[set[tuple[str, int]], float]:
+    """(stimulus_id, repeat) pairs logged in any of a cell's files, and the cost they recorded.
+
+    An episode found twice (which the executors never write) is counted once, cost included.
+    """
+    return done_in_files(cell_log_files(out, spec))
+
+
+def clear_log(log: str | Path) -> None:
+    """Delete the main log ``log`` and the shard logs beside it."""
+    log = Path(log)
+    if log.exists():
+        log.unlink()
+    shards = shard_dir_of(log)
+    if shards.exists():
+        shutil.rmtree(shards)
+
+
+def clear_cell(out: str | Path, spec: CellSpec) -> None:
+    """Delete a cell's main log and shard logs (``--force``)."""
+    clear_log(Path(out) / spec.log_name())
+
+
+def drop_transient_errors(files: list[Path]) -> int:
+    """Remove the records of episodes that ended in a transient error (429, 5xx, timeout, dropped
+    connection) from log files, so that resuming runs them again instead of keeping a failure
+    that says nothing about the model. Each file is rewritten atomically (temporary file, then
+    rename), so a kill leaves either the old or the new file. Returns the records removed."""
+    dropped = 0
+    for f in files:
+        keep: list[bytes] = []
+        n = 0
+        with f.open("rb") as fh:
+            for line in fh:
+                if _is_transient_line(line):
+                    n += 1
+                else:
+                    keep.append(line)
+        if not n:
+            continue
+        tmp = f.with_name(f".{f.name}.{os.getpid()}.retry.tmp")
+        with tmp.open("wb") as out:
+            out.write(b"".join(keep))
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, f)
+        dropped += n
+    return dropped
+
+
+def _is_transient_line(line: bytes) -> bool:
+    if b'"end":"error"' not in line and b'"end": "error"' not in line:  # most lines are not errors
+        return False
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return False  # a corrupt line is the readers' to report, not ours to drop
+    return isinstance(data, dict) and data.get("end") == "error" and is_transient_error(data.get("error"))
