@@ -174,14 +174,13 @@ def write_audit_files(
     fig_paths = {
         f.name: _write_bytes(f.png, fig_dir / f"{f.name}.png") for fs in figures.values() for f in fs
     }
-    from countgym.analysis.task_sections import task_of_record, write_task_sections
+    from countgym.analysis.task_sections import write_task_sections
 
     task_paths, sections = write_task_sections(records, out, seed=seed, episodes=tables.episodes)
     fig_paths.update({p.stem: p for p in task_paths if p.suffix == ".png"})
-    image_records = [r for r in records if task_of_record(r) == "image"]
-    image_ids = {r.episode_id for r in image_records}
-    image_episodes = tables.episodes[tables.episodes["episode_id"].isin(image_ids)]
-    view: ViewerData = build_viewer(image_records, image_episodes, stimuli, vopts)
+    # Every task's episodes: the viewer replays each one's observation (tool-loop steps,
+    # CounterCount images with their interventions, video frames as a contact sheet).
+    view: ViewerData = build_viewer(records, tables.episodes, stimuli, vopts)
     page = render_report(
         tables,
         figures=figures,

@@ -464,7 +464,8 @@ VIEWER_JS = r"""
     });
     var last = el("div", "step final");
     var n = e.steps.length;
-    last.appendChild(picture(e.frames[n] || null, "observation " + n + " (final)"));
+    // Single-step tasks show one observation (at the step); the final one is the same pixels.
+    if (!e.single_step) { last.appendChild(picture(e.frames[n] || null, "observation " + n + " (final)")); }
     if (e.overlay) {
       var ov = picture(e.overlay, "audit overlay");
       var lg = el("p", "legend");

@@ -115,14 +115,23 @@ def _uncropped(record: EpisodeRecord) -> EpisodeRecord:
 
 
 def _render(record: EpisodeRecord, stimuli: StimulusCache, opts: ViewerOptions) -> dict[str, Any]:
-    from countgym.envs.replay import replay_observation
+    from countgym.envs.replay import contact_sheet, episode_task, replay_observation
 
-    out: dict[str, Any] = {"frames": [], "overlay": None, "note": None}
+    out: dict[str, Any] = {"frames": [], "overlay": None, "note": None, "single_step": False}
     ds = stimuli.dataset(record.dataset)
     if ds is None:
         out["note"] = f"dataset {record.dataset!r} not found: no images"
         return out
     try:
+        if episode_task(record) != "image":
+            # Single-step tasks: one observation (the image or the sampled frames as a sheet),
+            # shown before and after the step; nothing to overlay.
+            seen = replay_observation(record, ds, 0)
+            img = Image.fromarray(contact_sheet(seen) if seen.ndim == 4 else seen)
+            uri = _jpeg_uri(fit_image(img, opts.thumb_px * (2 if seen.ndim == 4 else 1))[0], opts.jpeg_quality)
+            out["frames"] = [uri]
+            out["single_step"] = True
+            return out
         for k in range(len(record.steps) + 1):
             img = Image.fromarray(replay_observation(record, ds, k))
             out["frames"].append(_jpeg_uri(fit_image(img, opts.thumb_px)[0], opts.jpeg_quality))

@@ -203,7 +203,10 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--episode", required=True, help="episode id (or a unique suffix of it)")
     rp.add_argument("--step", type=_non_negative_int, default=None,
                     help="observation index: 0 = first observation, k = after step k (default: last)")
-    rp.add_argument("--out", required=True, help="PNG file to write")
+    rp.add_argument("--out", required=True,
+                    help="PNG file to write (video: a contact sheet of the sampled frames, or a folder with --frames)")
+    rp.add_argument("--frames", action="store_true",
+                    help="video episodes: write one PNG per sampled frame into the folder --out")
     rp.add_argument("--data", default=None, help="dataset folder, if it moved since the run")
     return p
 
@@ -385,7 +388,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from countgym.envs.replay import replay_observation, write_png
+    from countgym.envs.replay import contact_sheet, replay_observation, write_png
     from countgym.logs import iter_records
     from countgym.scenes import resolve_dataset
 
@@ -400,8 +403,29 @@ def cmd_replay(args: argparse.Namespace) -> int:
     rec = matches[0]
     ds = resolve_dataset(args.data or rec.dataset)
     img = replay_observation(rec, ds, args.step)
+    if img.ndim == 4:
+        if args.frames:
+            out = Path(args.out)
+            if out.exists() and not out.is_dir():
+                raise UserError(f"--out {out} is a file; with --frames give a folder")
+            indices = _frame_numbers(rec, ds, len(img))
+            for number, frame in zip(indices, img, strict=True):
+                write_png(frame, out / f"frame_{number:04d}.png")
+            print(f"wrote {len(img)} frames to {out}")
+            return 0
+        img = contact_sheet(img)
+    elif args.frames:
+        raise UserError(f"--frames needs a video episode; {rec.episode_id} shows one image")
     print(f"wrote {write_png(img, args.out)}")
     return 0
+
+
+def _frame_numbers(rec: Any, ds: Any, n: int) -> list[int]:
+    """The sampled frame numbers of a video stimulus (its position when not recorded)."""
+    nums = ds[rec.stimulus_id].meta.get("frame_indices")
+    if isinstance(nums, list) and len(nums) == n and all(isinstance(v, int) for v in nums):
+        return nums
+    return list(range(n))
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:

@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Literal
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+from PIL import Image
 
 from countgym.envs import cf_templates as tpl
 from countgym.envs import shm
@@ -425,15 +426,9 @@ class CounterCountEnv(gym.Env):
         stim = self.dataset[pick_stimulus_id(self.np_random, self._pool, options)]
         self.stimulus = stim
         stored = self.dataset.load_image(stim)
-        image = fit_long_side(stored, MAX_LONG_SIDE)
-        scale = (image.size[0] / stored.size[0], image.size[1] / stored.size[1])
-        box = [float(v) * s for v, s in zip(stim.meta.get("bbox") or [0, 0, 0, 0], (*scale, *scale), strict=True)]
-        if self.blur:
-            from countgym.scenes.counterfactual import blur_outside
-
-            if not stim.meta.get("bbox"):
-                raise ValueError(f"stimulus {stim.id!r} has no meta.bbox: the blur intervention needs one")
-            image = blur_outside(image, [box], radius=self.blur_radius, feather=self.feather)
+        image, box = shown_image(
+            stored, stim, blur=self.blur, blur_radius=self.blur_radius, feather=self.feather
+        )
         self.question = build_question(stim, format=self.question_format, cue=self.cue, generic=self.generic)
         self.state = EpisodeState(original=image, calls_left=0)
         self.extraction = None
@@ -556,6 +551,32 @@ class CounterCountEnv(gym.Env):
             mask = load_mask(str(self.dataset.media_path(stim, str(rel), "mask")), size=(w, h))
             return mask_bb(mask, box)
         return box_mask(box, (h, w))
+
+
+def shown_image(
+    stored: Image.Image,
+    stim: Stimulus,
+    *,
+    blur: bool = False,
+    blur_radius: float = 48.0,
+    feather: float = 4.0,
+) -> tuple[Image.Image, list[float]]:
+    """The image the policy sees and the attribute box in its frame.
+
+    The stored image fitted to ``MAX_LONG_SIDE``, blurred outside the attribute box with the
+    blur intervention (*CounterCount*, Section 4). The environment and replay both call this,
+    so a replayed observation is the observation.
+    """
+    image = fit_long_side(stored, MAX_LONG_SIDE)
+    scale = (image.size[0] / stored.size[0], image.size[1] / stored.size[1])
+    box = [float(v) * s for v, s in zip(stim.meta.get("bbox") or [0, 0, 0, 0], (*scale, *scale), strict=True)]
+    if blur:
+        from countgym.scenes.counterfactual import blur_outside
+
+        if not stim.meta.get("bbox"):
+            raise ValueError(f"stimulus {stim.id!r} has no meta.bbox: the blur intervention needs one")
+        image = blur_outside(image, [box], radius=blur_radius, feather=feather)
+    return image, box
 
 
 def outcome(answer: int | None, stimulus: Stimulus) -> str:

@@ -1,14 +1,22 @@
 """Re-render any observation of a logged episode from the log plus the stimulus.
 
-The log stores state deltas per step (tags added/cleared, erased regions, grid flag,
-perturbation, crop box); replaying them through the same renderer gives the exact pixels the
-policy saw.
+Every task replays through the function its environment uses to build the observation:
+
+- image tool loop: the log stores state deltas per step (tags added/cleared, erased regions,
+  grid flag, perturbation, crop box); replaying them through the same renderer gives the exact
+  pixels the policy saw;
+- CounterCount: the image fitted as shown, blurred outside the attribute box when the episode
+  ran with ``blur`` (radius and feathering from the logged options); the cue, generic-name,
+  thinking and attention options change no pixels;
+- CountVideoBench: the sampled frames (T x H x W x 3), resized with the logged ``max_side``;
+  :func:`contact_sheet` lays them out as one image.
 """
 
 from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -23,8 +31,17 @@ from countgym.stimulus import Dataset
 PNG_OPTIONS = {"format": "PNG", "compress_level": 6, "optimize": False}
 
 
+def episode_task(record: EpisodeRecord) -> str:
+    """The task an episode ran: ``image``, ``countercount`` or ``video``."""
+    return str(record.env_options.get("task", "image"))
+
+
 def replay_observation(record: EpisodeRecord, dataset: Dataset, k: int | None = None) -> np.ndarray:
-    """The observation image after ``k`` steps (0 = the first observation; default: the last)."""
+    """The observation after ``k`` steps (0 = the first observation; default: the last).
+
+    An H x W x 3 image, or T x H x W x 3 frames for a video episode. Single-step tasks show
+    the same pixels before and after their one step.
+    """
     n_steps = len(record.steps)
     k = n_steps if k is None else k
     if not 0 <= k <= n_steps:
@@ -34,6 +51,33 @@ def replay_observation(record: EpisodeRecord, dataset: Dataset, k: int | None = 
         raise UserError(
             f"stimulus {stim.id!r} in {dataset.root} differs from the one the episode saw (hash mismatch)"
         )
+    task = episode_task(record)
+    opts = record.env_options
+    try:
+        if task == "countercount":
+            from countgym.envs.cf_env import shown_image
+
+            image, _ = shown_image(
+                dataset.load_image(stim),
+                stim,
+                blur=bool(opts.get("blur", False)),
+                blur_radius=float(opts.get("blur_radius", 48.0)),
+                feather=float(opts.get("feather", 4.0)),
+            )
+            return np.asarray(image)
+        if task == "video":
+            from countgym.envs.video_env import load_frames
+
+            max_side = opts.get("max_side")
+            return load_frames(dataset, stim, None if max_side is None else int(max_side))
+    except ValueError as e:
+        raise UserError(f"cannot replay episode {record.episode_id}: {e}") from None
+    if task != "image":
+        raise UserError(f"episode {record.episode_id} ran task {task!r}, which replay does not know")
+    return _replay_image_task(record, dataset, stim, k)
+
+
+def _replay_image_task(record: EpisodeRecord, dataset: Dataset, stim: Any, k: int) -> np.ndarray:
     original = fit_long_side(dataset.load_image(stim), MAX_LONG_SIDE)
     tags: list[tuple[float, float]] = []
     erased: list[dict] = []
@@ -57,6 +101,23 @@ def replay_observation(record: EpisodeRecord, dataset: Dataset, k: int | None = 
     if k > 0 and crop_box is not None:
         img = crop_view(img, tuple(crop_box))
     return np.asarray(img)
+
+
+def contact_sheet(frames: np.ndarray, *, columns: int = 5, gap: int = 4) -> np.ndarray:
+    """The frames of a clip tiled in time order, left to right then top to bottom, on white.
+
+    Each frame keeps its exact pixels (no resizing); ``gap`` white pixels separate the tiles.
+    """
+    if frames.ndim == 3:
+        return frames
+    t, h, w = frames.shape[:3]
+    cols = max(1, min(columns, t))
+    rows = -(-t // cols)
+    sheet = np.full((rows * h + (rows - 1) * gap, cols * w + (cols - 1) * gap, 3), 255, np.uint8)
+    for i, frame in enumerate(frames):
+        r, c = divmod(i, cols)
+        sheet[r * (h + gap) : r * (h + gap) + h, c * (w + gap) : c * (w + gap) + w] = frame
+    return sheet
 
 
 def encode_png(image: np.ndarray) -> bytes:

@@ -370,19 +370,29 @@ class CountVideoEnv(gym.Env):
         return Target(stim.obj_sing) if stim.obj_sing else None
 
     def _load_frames(self, stim: Stimulus) -> np.ndarray:
-        frames = []
-        for rel in stim.frames or []:
-            img = self.dataset.load_image(stim.model_copy(update={"image": rel}))
-            if self.max_side is not None:
-                img = fit_long_side(img, self.max_side)
-            frames.append(np.asarray(img, dtype=np.uint8))
-        if len({f.shape for f in frames}) != 1:
-            raise ValueError(f"stimulus {stim.id!r}: frames differ in size")
-        return np.stack(frames)
+        return load_frames(self.dataset, stim, self.max_side)
 
     def _stored_size(self, stim: Stimulus) -> tuple[int, int] | None:
         size = stim.meta.get("render_size")
         return (int(size[0]), int(size[1])) if size else None
+
+
+def load_frames(dataset: Dataset, stim: Stimulus, max_side: int | None = None) -> np.ndarray:
+    """The sampled frames as shown (T x H x W x 3 uint8), long side fitted to ``max_side``.
+
+    The environment and replay both call this, so a replayed observation is the observation.
+    """
+    frames = []
+    for rel in stim.frames or []:
+        img = dataset.load_image(stim.model_copy(update={"image": rel}))
+        if max_side is not None:
+            img = fit_long_side(img, max_side)
+        frames.append(np.asarray(img, dtype=np.uint8))
+    if not frames:
+        raise ValueError(f"stimulus {stim.id!r} has no frames: not a video dataset")
+    if len({f.shape for f in frames}) != 1:
+        raise ValueError(f"stimulus {stim.id!r}: frames differ in size")
+    return np.stack(frames)
 
 
 def _resolve_reward(reward: str | Any) -> tuple[Any, str]:

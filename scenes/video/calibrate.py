@@ -47,14 +47,25 @@ class CalibrationStats:
     share_leaving: float
     leaving_per_video: float
     mean_pose_attempts: float
+    objects_never_in_frame: int
+    """Objects whose origin is in no rendered frame (the visibility check makes this 0)."""
+    videos_camera_redrawn: int
+    """Videos whose camera keys the visibility check redrew."""
 
 
-def _one(task: tuple[VideoSpec, int, int]) -> tuple[float, int, int]:
+def _one(task: tuple[VideoSpec, int, int]) -> tuple[float, int, int, int, int]:
     spec, cap, offset = task
     g = generate_geometry(
         spec.n, spec.shape, spec.color, video_seed(spec, offset), candidate_cap=cap
     )
-    return g.pose.polar_deg, g.visibility()["objects_leaving_frame"], g.pose_attempts
+    vis = g.visibility()
+    return (
+        g.pose.polar_deg,
+        vis["objects_leaving_frame"],
+        g.pose_attempts,
+        vis["objects_unseen_in_rendered"],
+        int(g.camera_attempts > 1),
+    )
 
 
 def measure(
@@ -81,6 +92,8 @@ def measure(
         share_leaving=float((leaving > 0).mean()),
         leaving_per_video=float(leaving.mean()),
         mean_pose_attempts=float(attempts.mean()),
+        objects_never_in_frame=int(sum(r[3] for r in rows)),
+        videos_camera_redrawn=int(sum(r[4] for r in rows)),
     )
 
 

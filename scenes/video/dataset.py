@@ -38,8 +38,9 @@ from .geometry import (
 )
 from .specs import VideoSpec, anchor_of, balanced_subset, design, spread, video_seed
 
-GENERATOR_VERSION = 1
-"""Bump when any frame or manifest field changes (also renames the on-disk cache)."""
+GENERATOR_VERSION = 2
+"""Bump when any frame or manifest field changes (also renames the on-disk cache).
+2: the visibility check redraws camera keys that leave an object out of every rendered frame."""
 BATTERY = "countvideo"
 RENDERERS = ("fast", "blender", "cycles", "eevee", "workbench")
 """``blender`` = ``cycles``; ``eevee`` and ``workbench`` select the other Blender engines."""

@@ -12,6 +12,8 @@ Everything here is pure numpy and follows *CountVideoBench* Section 4.3 and Appe
   candidates is redrawn. The paper does not state this cap; it decides the effective polar-angle
   distribution, and :data:`CANDIDATE_CAP` is calibrated against the paper's figures
   (``docs/countvideobench.md``, ``countgym.scenes.video.calibrate``).
+- **Visibility check**: camera keys that leave an object out of every rendered frame are
+  redrawn (Section 4.3: every object is visible in at least some frames).
 - **Objects**: planar jitter +-0.30 (cubes) / +-0.25 (spheres) per axis after separation, yaw
   U(0, 2 pi); cube edge 2, sphere radius 1, resting on z = 0 (origin at height 1). Per-instance
   material noise: realisation U(-20, 20) and mapping rotation U(-pi, pi)^3.
@@ -70,6 +72,7 @@ CANDIDATE_CAP = 1250
 """Candidates drawn per camera pose before the pose counts as failed (calibrated; see docs)."""
 _BATCH = 512  # candidates drawn at a time (a fixed size keeps the stream deterministic)
 MAX_POSE_ATTEMPTS = 100_000
+MAX_CAMERA_ATTEMPTS = 1000
 
 
 def sampled_frames(n: int = N_SAMPLED) -> tuple[int, ...]:
@@ -285,6 +288,8 @@ class SceneGeometry:
     candidate_cap: int = CANDIDATE_CAP
     region: np.ndarray = field(default_factory=lambda: np.zeros((4, 2)))
     """The admissible region the positions were drawn in."""
+    camera_attempts: int = 1
+    """Camera-key draws until every object was in frame in some rendered frame."""
 
     # -- camera animation
     @cached_property
@@ -365,6 +370,7 @@ class SceneGeometry:
             "color": self.color,
             "seed": self.seed,
             "pose_attempts": self.pose_attempts,
+            "camera_attempts": self.camera_attempts,
             "candidate_cap": self.candidate_cap,
             "elevation_offsets_deg": [round(float(x), 6) for x in self.elevation_offsets_deg],
             "azimuth_offsets_deg": [round(float(x), 6) for x in self.azimuth_offsets_deg],
@@ -406,21 +412,31 @@ def generate_geometry(
     noise_w = obj_rng.uniform(*NOISE_W_RANGE, size=POSITIONS_GENERATED)[:n]
     noise_rot = obj_rng.uniform(-math.pi, math.pi, size=(POSITIONS_GENERATED, 3))[:n]
     cam_rng = np.random.default_rng(cam_ss)
-    elev = cam_rng.uniform(*ELEVATION_OFFSET_DEG, size=len(KEYFRAMES))
-    azim = cam_rng.uniform(*AZIMUTH_OFFSET_DEG, size=len(KEYFRAMES))
-    return SceneGeometry(
-        n=n,
-        shape=shape,
-        color=color,
-        seed=int(seed),
-        pose=pose,
-        positions=pts[:n] + jitter,
-        yaw=yaw,
-        noise_w=noise_w,
-        noise_rotation=noise_rot,
-        elevation_offsets_deg=elev,
-        azimuth_offsets_deg=azim,
-        pose_attempts=attempt,
-        candidate_cap=candidate_cap,
-        region=region,
+    for camera_attempt in range(1, MAX_CAMERA_ATTEMPTS + 1):
+        elev = cam_rng.uniform(*ELEVATION_OFFSET_DEG, size=len(KEYFRAMES))
+        azim = cam_rng.uniform(*AZIMUTH_OFFSET_DEG, size=len(KEYFRAMES))
+        geo = SceneGeometry(
+            n=n,
+            shape=shape,
+            color=color,
+            seed=int(seed),
+            pose=pose,
+            positions=pts[:n] + jitter,
+            yaw=yaw,
+            noise_w=noise_w,
+            noise_rotation=noise_rot,
+            elevation_offsets_deg=elev,
+            azimuth_offsets_deg=azim,
+            pose_attempts=attempt,
+            candidate_cap=candidate_cap,
+            region=region,
+            camera_attempts=camera_attempt,
+        )
+        # Visibility check (Section 4.3: "every object is visible in at least some frames"):
+        # camera keys that leave an object out of every rendered frame are redrawn. The first
+        # draw is kept whenever it passes, so such videos are unchanged.
+        if geo.in_frame(RENDERED_FRAMES).any(axis=0).all():
+            return geo
+    raise RuntimeError(  # pragma: no cover - the region keeps objects near the base view
+        f"no camera keys showed every object within {MAX_CAMERA_ATTEMPTS} draws (seed {seed})"
     )
