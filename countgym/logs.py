@@ -41,7 +41,7 @@ from countgym.secrets import (
     scrub_data,
 )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 INT_MIN, INT_MAX = -(2**63), 2**63 - 1
 """Every integer in a record fits a signed 64-bit column (the audit's tables use int64)."""
@@ -200,11 +200,15 @@ class Truth(BaseModel):
 
 
 class EpisodeRecord(BaseModel):
-    """One finished episode (schema version 1)."""
+    """One finished episode (schema version 2).
+
+    Version history: 2 added the optional fields ``env``, ``extracted_by``, ``arm.defaults``
+    and, per step, ``reply_chars``, ``reply_sha256`` and ``tool_calls``; version 1 records read
+    unchanged (every added field defaults to null) and are migrated to 2 on read."""
 
     model_config = ConfigDict(extra="forbid")
 
-    schema_version: Literal[1] = SCHEMA_VERSION
+    schema_version: Literal[2] = SCHEMA_VERSION
     """Log format version; older versions are migrated on read."""
     episode_id: str
     """Unique id: ``{cell}/{stimulus_id}/r{repeat}``."""
@@ -247,8 +251,10 @@ class EpisodeRecord(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _migrate(cls, data: Any) -> Any:
-        # Future schema versions add migrations here; version 1 is the first.
         if isinstance(data, dict):
+            if data.get("schema_version") == 1:
+                # Version 2 only added optional fields: a version-1 record is a version-2 one.
+                data = {**data, "schema_version": 2}
             data = _answer_in_range(data)
         return data
 
