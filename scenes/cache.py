@@ -92,7 +92,8 @@ def build_once(
 
     A reader sees no folder or a complete one. Under the build lock only one process builds;
     the others wait and then find the manifest. ``items`` and ``seconds_per_item`` (measured on
-    a 2-core machine) make the opening line's estimate; ``stream`` defaults to stderr.
+    a 2-core machine) make the opening line's estimate (without ``items`` neither the opening nor the closing line);
+    ``stream`` defaults to stderr.
     """
     if _ready(final):
         return final
@@ -106,12 +107,15 @@ def build_once(
             if items is not None and seconds_per_item is not None
             else ""
         )
-        print(
-            f"countgym: building {final.name} ({size}{guess}) into {final.parent} on first use; "
-            "later runs read the cache",
-            file=out,
-            flush=True,
-        )
+        if items is not None:
+            # A generated set announces its size and cost; preparing a user's download (no
+            # item count known) checks the release first, so a missing file stays one line.
+            print(
+                f"countgym: building {final.name} ({size}{guess}) into {final.parent} on first use; "
+                "later runs read the cache",
+                file=out,
+                flush=True,
+            )
         start = time.monotonic()
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
         try:
@@ -126,11 +130,12 @@ def build_once(
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
-        print(
-            f"countgym: built {final.name} in {format_duration(time.monotonic() - start)}",
-            file=out,
-            flush=True,
-        )
+        if items is not None:
+            print(
+                f"countgym: built {final.name} in {format_duration(time.monotonic() - start)}",
+                file=out,
+                flush=True,
+            )
     return final
 
 
