@@ -210,7 +210,7 @@ def _dedupe(records: Iterable[EpisodeRecord]) -> list[EpisodeRecord]:
 
 _BASE_EXTRA_COLUMNS = (
     "seed", "answered", "acc10", "signed_error", "revised", "n_steps", "audited", "image_w",
-    "image_h", "extracted_by",
+    "image_h", "extracted_by", "task",
 )  # fmt: skip
 
 
@@ -224,6 +224,12 @@ def _check_audit_args(tau_scales: Sequence[float], meta_keys: Sequence[str]) -> 
         raise ValueError(
             f"meta_keys must be distinct and not name built-in columns, got {tuple(meta_keys)!r}"
         )
+
+
+def task_of(rec: EpisodeRecord) -> str:
+    """The task an episode belongs to, as its environment logged it (``image`` for the tool
+    loop, which logs no ``task`` option)."""
+    return str(rec.env_options.get("task") or "image")
 
 
 def extracted_by(rec: EpisodeRecord) -> str | None:
@@ -248,7 +254,7 @@ def audit_episodes(
     """One row per episode: counting metrics plus the point-level audit.
 
     Columns: ``CONTRACT_COLUMNS`` first, then ``seed, answered, acc10, signed_error, revised,
-    n_steps, audited, image_w, image_h, extracted_by``, one column per option that can vary
+    n_steps, audited, image_w, image_h, extracted_by, task``, one column per option that can vary
     between cells (``arms.OPTION_COLUMNS``: tools as ``tag+grid+answer``, budget, verify, ...,
     empty where an option does not apply), the tau-sensitivity columns and ``meta_keys``.
     ``resolve`` maps a record's ``dataset`` to a ``Dataset`` (default
@@ -359,6 +365,7 @@ def audit_episodes(
         c["image_w"].append(frame[0] if frame else None)
         c["image_h"].append(frame[1] if frame else None)
         c["extracted_by"].append(extracted_by(rec))
+        c["task"].append(task_of(rec))
         for k, v in option_values(rec).items():
             c[k].append(v)
         meta = stim.meta if stim is not None else {}

@@ -240,7 +240,12 @@ def _sets(g: pd.DataFrame) -> np.ndarray:
 
 def curve_rows(g: pd.DataFrame) -> pd.DataFrame:
     """The episodes an R80 curve is fitted on: the main battery when the group has it, every
-    episode when no episode names its set, and none when it holds only other sets."""
+    episode when no episode names its set, and none when it holds only other sets.
+
+    R80 is the counting range of *Give the Model a Finger* (image counting): episodes of the
+    single-step tasks (a ``task`` column other than ``image``) are never fitted."""
+    if "task" in g.columns:
+        g = g[g["task"].fillna("image") == "image"]
     sets = _sets(g)
     main = sets == MAIN_SET
     if main.any():

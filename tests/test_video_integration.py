@@ -79,3 +79,27 @@ def test_errored_video_episodes_are_counted_not_scored(tmp_path: Path) -> None:
     bias = pd.read_csv(tmp_path / "audit" / "countvideo" / "bias.csv").set_index("model")
     row = bias.drop(index="Oracle").iloc[0]
     assert (row["errors"], row["n_items"], row["exact_match"], row["coverage"]) == (1, len(recs) - 1, 1.0, 1.0)
+
+
+def test_r80_is_never_fitted_on_video_episodes(tmp_path: Path) -> None:
+    """R80 is the image-counting range of Give the Model a Finger: a CountVideoBench run (whose
+    battery is its own main set) gets no R80 and no counting-range curve."""
+    import pandas as pd
+
+    from countgym.envs.video_env import CountVideoEnv
+    from countgym.logs import LogWriter
+
+    data = _tiny_video(tmp_path)
+    env = CountVideoEnv(str(data), arm="video-p1", model="m")
+    w = LogWriter(tmp_path / "runs" / "video.jsonl")
+    for sid in (s.id for s in env.dataset):
+        env.reset(seed=0, options={"stimulus_id": sid})
+        env.step(f"ANSWER: {env.dataset[sid].n}")
+        w.append(env.episode_record())
+    w.close()
+    write_audit_files([tmp_path / "runs"], tmp_path / "audit")
+    epis = pd.read_csv(tmp_path / "audit" / "episodes.csv")
+    assert set(epis["task"]) == {"video"}
+    summary = pd.read_csv(tmp_path / "audit" / "summary.csv")
+    assert summary["r80"].isna().all() and (summary["em"] == 1.0).all()
+    assert pd.read_csv(tmp_path / "audit" / "accuracy_by_n.csv").empty
