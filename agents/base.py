@@ -66,7 +66,12 @@ def policy_class(spec: str) -> Any:
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
-        raise UserError(f"cannot import agent module {module_name!r}: {e}") from None
+        hint = ""
+        if getattr(e, "name", None) == module_name.split(".")[0]:
+            # The usual cause: a policy file in the working folder, which a console script
+            # does not put on sys.path.
+            hint = " (if it is a file of yours, put its folder on PYTHONPATH: PYTHONPATH=. countgym ...)"
+        raise UserError(f"cannot import agent module {module_name!r}: {e}{hint}") from None
     cls = getattr(module, attr, None)
     if cls is None:
         raise UserError(f"module {module_name!r} has no attribute {attr!r}")

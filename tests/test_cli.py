@@ -25,6 +25,7 @@ def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
         (["run", "--data", "/nonexistent/folder", "--agent", "oracle"], "/nonexistent/folder"),
         (["run", "--data", "dotarrays", "--agent", "nosuchagent"], "unknown agent 'nosuchagent'"),
         (["run", "--data", "dotarrays", "--agent", "nosuchmod:Cls"], "cannot import agent module"),
+        (["run", "--data", "dotarrays", "--agent", "nosuchmod:Cls"], "PYTHONPATH=. countgym"),
         (["run", "--data", "dotarrays", "--agent", "oracle", "--concurrency", "0"], "positive integer"),
         (["run", "--data", "dotarrays", "--agent", "oracle", "--agent-option", "novalue"], "KEY=VALUE"),
         (["scenes", "make", "nosuchbattery", "--out", "x"], "nosuchbattery"),
