@@ -87,13 +87,14 @@ def build_once(
     items: int | None = None,
     seconds_per_item: float | None = None,
     stream: TextIO | None = None,
+    tip: str | None = None,
 ) -> Path:
     """``final`` if it holds a manifest; else build into a temp folder beside it and rename.
 
     A reader sees no folder or a complete one. Under the build lock only one process builds;
     the others wait and then find the manifest. ``items`` and ``seconds_per_item`` (measured on
     a 2-core machine) make the opening line's estimate (without ``items`` neither the opening nor the closing line);
-    ``stream`` defaults to stderr.
+    ``stream`` defaults to stderr; ``tip`` ends the opening line (e.g. where a smaller set is).
     """
     if _ready(final):
         return final
@@ -112,7 +113,7 @@ def build_once(
             # item count known) checks the release first, so a missing file stays one line.
             print(
                 f"countgym: building {final.name} ({size}{guess}) into {final.parent} on first use; "
-                "later runs read the cache",
+                "later runs read the cache" + (f"; {tip}" if tip else ""),
                 file=out,
                 flush=True,
             )

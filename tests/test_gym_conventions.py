@@ -258,3 +258,10 @@ def test_stock_statistics_on_every_registered_id(tiny_dataset, cf_dataset, video
             done = term or trunc
         assert info["episode"]["l"] >= 1, env_id
         env.close()
+
+
+def test_a_long_build_names_a_quicker_set(tmp_path) -> None:
+    err = io.StringIO()
+    build_once(tmp_path / "c-v1", lambda tmp: (tmp / "manifest.jsonl").write_text(""),
+               items=2600, seconds_per_item=1.5, stream=err, tip="for a quick look use --data x:k1")
+    assert err.getvalue().splitlines()[0].endswith("; for a quick look use --data x:k1")

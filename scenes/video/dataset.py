@@ -262,4 +262,9 @@ def cached_countvideo(
         ),
         items=len(select_specs(per_level, None)),
         seconds_per_item=BUILD_SECONDS_PER_VIDEO * (w * h) / (1920 * 1080),
+        tip=(
+            f"for a quick look use --data {BATTERY}:k1 (one video per cardinality, 26 videos)"
+            if per_level is None or per_level > 1
+            else None
+        ),
     )
