@@ -29,6 +29,7 @@ from countgym.envs.common import (
     pick_stimulus_id,
     resolve_dataset_arg,
     set_reply,
+    single_step_cell_options,
     stimulus_pool,
 )
 from countgym.envs.extract import Number, scan_numbers, strip_reasoning
@@ -339,17 +340,7 @@ class CounterCountEnv(gym.Env):
     ) -> dict[str, Any]:
         """Environment options for a policy that is not a CounterCount arm: the question format
         and the interventions (``question``, ``cue``, ``generic``, ``blur``, ...)."""
-        from countgym.errors import UserError
-
-        options = {k: v for k, v in options.items() if v is not None}
-        options.pop("thinking", None)
-        bad = set(options) - cls.CELL_OPTIONS
-        if bad or tools is not None or budget is not None:
-            raise UserError(
-                f"CounterCount takes only {', '.join(sorted(cls.CELL_OPTIONS))}; "
-                f"got {sorted(bad) or 'tools/budget'}"
-            )
-        return options
+        return single_step_cell_options("CounterCount", cls.CELL_OPTIONS, tools, budget, options)
 
     def __init__(
         self,

@@ -154,3 +154,18 @@ def manifest_head(name: str) -> dict[str, Any] | None:
         except (OSError, ValueError):
             return None
     return None
+
+
+def single_step_cell_options(
+    task: str, allowed: frozenset[str], tools: Sequence[str] | None, budget: int | None, options: dict[str, Any]
+) -> dict[str, Any]:
+    """The environment options of a single-step task's cell: the given ones among ``allowed``
+    (``None`` dropped; ``thinking`` is an agent option); tools or a budget are a user error."""
+    from countgym.errors import UserError
+
+    options = {k: v for k, v in options.items() if v is not None}
+    options.pop("thinking", None)
+    bad = set(options) - allowed
+    if bad or tools is not None or budget is not None:
+        raise UserError(f"{task} takes only {', '.join(sorted(allowed))}; got {sorted(bad) or 'tools/budget'}")
+    return options

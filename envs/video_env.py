@@ -19,6 +19,7 @@ from countgym.envs.common import (
     pick_stimulus_id,
     resolve_dataset_arg,
     set_reply,
+    single_step_cell_options,
     stimulus_pool,
 )
 from countgym.envs.extract import Target, extract_count, parse_count
@@ -175,16 +176,7 @@ class CountVideoEnv(gym.Env):
         cls, *, tools: Sequence[str] | None = None, budget: int | None = None, **options: Any
     ) -> dict[str, Any]:
         """Environment options for a policy that is not a video arm (``prompt``, ``max_side``)."""
-        from countgym.errors import UserError
-
-        options = {k: v for k, v in options.items() if v is not None}
-        options.pop("thinking", None)
-        bad = set(options) - cls.CELL_OPTIONS
-        if bad or tools is not None or budget is not None:
-            raise UserError(
-                f"CountVideo takes only {', '.join(sorted(cls.CELL_OPTIONS))}; got {sorted(bad) or 'tools/budget'}"
-            )
-        return options
+        return single_step_cell_options("CountVideo", cls.CELL_OPTIONS, tools, budget, options)
 
     def __init__(
         self,
