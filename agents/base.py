@@ -1,4 +1,4 @@
-"""The policy interface (agents.md section 1) and plug-in loading.
+"""The policy interface (docs/policies.md) and plug-in loading.
 
 A policy is any object with ``reset(first_observation, task)`` and ``act(observation)``
 returning reply text, a ``Reply`` or a typed action; ``act_batch(observations)`` is optional.

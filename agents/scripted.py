@@ -1,4 +1,4 @@
-"""Scripted policies that need no model (agents.md section 4).
+"""Scripted policies that need no model.
 
 ``oracle`` and ``noisy-pointer`` are reference points that receive the ground-truth points
 explicitly from the caller (``give_truth``), never from the environment. ``blob-counter`` looks

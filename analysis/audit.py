@@ -49,7 +49,7 @@ CONTRACT_COLUMNS: tuple[str, ...] = (
     "correct", "abs_error", "n_tags", "on_target", "duplicate", "phantom", "omission", "tau",
     "pointing_error", "cardinality_consistent", "tag_calls", "end",
 )  # fmt: skip
-"""The columns ``episodes.csv`` promises (``contracts.md``), in order; extras follow."""
+"""The columns ``episodes.csv`` promises (``docs/report.md``), in order; extras follow."""
 
 
 def scale_label(scale: float) -> str:

@@ -1,6 +1,6 @@
 """Benchmark: point-level audit of 10,000 trajectories of about 50 tags each.
 
-Target (quality.md): under 10 s. Every trajectory is on its own image (no ground-truth reuse
+Target: under 10 s. Every trajectory is on its own image (no ground-truth reuse
 between trajectories), with one tag call of ~50 noisy tags (omissions, duplicates, phantoms).
 Records are built in memory beforehand; the timed part is ``audit_episodes`` (matching at tau
 and at the two sensitivity scales, plus the DataFrame). Parsing the same records from a JSONL

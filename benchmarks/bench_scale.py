@@ -1,5 +1,5 @@
 """Scale-out rows: the Ray executor against the local one on the same sweep, and memory over a
-long run (spec/quality.md: memory stays flat; images are not held per finished episode).
+long run (the target: memory stays flat; images are not held per finished episode).
 
     python benchmarks/bench_scale.py [ray|memory]
 """

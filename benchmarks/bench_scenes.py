@@ -1,6 +1,6 @@
 """Benchmark: write the full DotArrays batteries (362 distinct images) to disk.
 
-Target (quality.md): under 10 s on 2 cores. ``dotarrays-main`` is the first 216 images of
+Target: under 10 s on 2 cores. ``dotarrays-main`` is the first 216 images of
 ``dotarrays``, so the 362 are ``dotarrays`` (272) + ``dotarrays-xl`` (30) + ``lattice`` (60).
 
 Run: ``python benchmarks/bench_scenes.py``

@@ -1,6 +1,6 @@
 """Benchmark: the fast CountVideoBench renderer at 1920 x 1080, extrapolated to the benchmark.
 
-Targets (quality.md): the full 2,600-video benchmark (10 sampled frames each) in under one hour
+Targets: the full 2,600-video benchmark (10 sampled frames each) in under one hour
 on 2 cores; >= 100x faster per frame than Blender Cycles on the same scene (when bpy is
 installed; Cycles is timed at a smaller size and scaled by pixel count, since one 1920 x 1080
 Cycles frame takes minutes on 2 CPU cores).

@@ -1,4 +1,4 @@
-"""Run every benchmark and print one table of measured ratios (spec/quality.md).
+"""Run every benchmark and print one table of measured ratios against the project's targets.
 
     python benchmarks/run.py            # all rows
     python benchmarks/run.py env audit  # selected rows

@@ -1,4 +1,4 @@
-"""The ``countgym`` command line (contracts.md). Exit codes: 0 ok, 2 user mistake, 1 internal error."""
+"""The ``countgym`` command line. Exit codes: 0 ok, 2 user mistake, 1 internal error."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The Stimulus: everything about one counting item, and the dataset folder that stores them.
 
-A dataset folder holds ``manifest.jsonl`` (one JSON object per line, see ``contracts.md``) and
+A dataset folder holds ``manifest.jsonl`` (one JSON object per line) and
 the media files it names. Generators write folders; loaders and environments read them.
 """
 

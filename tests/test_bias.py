@@ -1,4 +1,4 @@
-"""Prediction-distribution bias metrics (analysis.md section 5): hand-computed known answers."""
+"""Prediction-distribution bias metrics: hand-computed known answers."""
 
 from __future__ import annotations
 

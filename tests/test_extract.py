@@ -1,4 +1,4 @@
-"""Strict count extraction from free-text replies (envs.md section 2): known answers."""
+"""Strict count extraction from free-text replies: known answers."""
 
 from __future__ import annotations
 

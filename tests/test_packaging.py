@@ -219,3 +219,24 @@ def test_the_core_names_no_task() -> None:
                     if hit:
                         bad.append(f"{rel}:{node.lineno}: {task} ({hit[0]}) in {text[:60]!r}")
     assert bad == []
+
+
+def test_docs_and_code_cite_no_file_outside_the_repository() -> None:
+    """Users have the repository, not the design notes it was written from: the papers are
+    cited by title and section, never by a path."""
+    import re
+
+    root = Path(__file__).resolve().parent.parent
+    outside = re.compile(r"\b(contracts|quality|style|platform-notes|envs|agents|scenes|analysis)\.md\b|seeds/|shared/spec|\.\./shared")
+    hits = []
+    for path in sorted(root.rglob("*")):
+        if path.suffix not in {".py", ".md", ".toml", ".txt", ".yaml"} or any(
+            part.startswith(".") or part in {"build", "dist"} for part in path.relative_to(root).parts
+        ):
+            continue
+        if path.name == "test_packaging.py":
+            continue
+        for i, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            if outside.search(line):
+                hits.append(f"{path.relative_to(root)}:{i}: {line.strip()[:80]}")
+    assert not hits, "\n".join(hits)

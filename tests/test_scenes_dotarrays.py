@@ -1,4 +1,4 @@
-"""DotArrays generators, batteries, subsets, dataset folders and the cache (scenes.md section 1)."""
+"""DotArrays generators, batteries, subsets, dataset folders and the cache."""
 
 from __future__ import annotations
 

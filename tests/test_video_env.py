@@ -1,4 +1,4 @@
-"""The single-step video environment and the video arm (envs.md section 2)."""
+"""The single-step video environment and the video arm."""
 
 from __future__ import annotations
 

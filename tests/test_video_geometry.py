@@ -1,4 +1,4 @@
-"""CountVideoBench design and geometry (scenes.md section 3; the paper's Section 4 and Appendix B)."""
+"""CountVideoBench design and geometry (CountVideoBench, Section 4 and Appendix B)."""
 
 from __future__ import annotations
 

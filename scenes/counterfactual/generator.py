@@ -1,5 +1,5 @@
 """The procedural CounterCount battery: factual/CF pairs of drawn subjects, written as a dataset
-folder (``images/``, ``masks/``, ``manifest.jsonl``; contracts.md).
+folder (``images/``, ``masks/``, ``manifest.jsonl``, the dataset-folder format).
 
 Every pair is two manifest lines, ``{pair_id}-factual`` and ``{pair_id}-cf``. A subject's
 factual image is drawn once and shared by all its pairs (as in the paper, where one factual image

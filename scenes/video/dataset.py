@@ -1,8 +1,8 @@
-"""Writing CountVideoBench dataset folders (contracts.md): sampled frames + ``manifest.jsonl``.
+"""Writing CountVideoBench dataset folders (the dataset-folder format): sampled frames + ``manifest.jsonl``.
 
 Layout of a folder written by :func:`make_countvideo`::
 
-    manifest.jsonl                      one line per video (see contracts.md)
+    manifest.jsonl                      one line per video
     frames/<id>/f<frame>.jpg            the 10 sampled frames (frame = Blender frame number)
     videos/<id>.mp4                     the 150-frame clip, only with ``video=True``
 
