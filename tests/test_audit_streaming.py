@@ -218,3 +218,19 @@ def test_streamed_and_listed_records_give_the_same_table(tmp_path: Path) -> None
         streamed = audit_episodes(iter(recs), resolve=lambda name: ds)
     assert listed.to_csv() == streamed.to_csv()
     assert json.loads(listed.iloc[0].to_json())["on_target"] == 45
+
+
+def test_ground_truth_cache_eviction_changes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Images come back after leaving the bounded ground-truth cache: same rows."""
+    from countgym.analysis import audit as audit_mod
+
+    stims = [_stim(i) for i in range(6)]
+    write_manifest(tmp_path / "ds", stims)
+    ds = Dataset(tmp_path / "ds")
+    recs = [
+        _record(s).model_copy(update={"episode_id": f"c/{s.id}/r{r}", "repeat": r})
+        for r in range(3) for s in stims
+    ]  # fmt: skip
+    full = audit_episodes(recs, resolve=lambda name: ds)
+    monkeypatch.setattr(audit_mod, "GT_CACHE_SIZE", 2)
+    assert audit_episodes(recs, resolve=lambda name: ds).to_csv() == full.to_csv()
