@@ -136,7 +136,8 @@ class RecordSource(Sequence[EpisodeRecord]):
 
     def _need_scan(self) -> None:
         if not self._scanned:
-            raise RuntimeError("RecordSource: read the records once (iterate or scan) first")
+            # A TypeError, so that list(source) before the first pass still reads it (no length yet).
+            raise TypeError("RecordSource: read the records once (iterate or scan) first")
 
     def _read(self, positions: Iterable[int]) -> Iterator[EpisodeRecord]:
         """The records at ``positions``, read again (one open file at a time)."""
