@@ -194,3 +194,25 @@ def test_counting_range_of_a_crowded_level_in_bounded_memory() -> None:
         tracemalloc.stop()
     assert cr.r80 == 50 and cr.censored and cr.ci_low == cr.ci_high == 50
     assert peak < 100_000_000, f"peak {peak / 1e6:.0f} MB"
+
+
+def test_traversal_tau_is_kendall_tau_b_of_the_index() -> None:
+    """The traversal statistic without the index side's pairs: the same float as
+    ``kendall_tau_b(arange(n), y)``, ties in y included, and the same errors."""
+    from countgym.analysis.correlation import kendall_tau_b
+    from countgym.analysis.order import traversal_tau
+
+    rng = np.random.default_rng(0)
+    for k in range(600):
+        n = int(rng.integers(5, 70))
+        t = rng.uniform(0, 500, (n, 2))
+        if k % 3 == 0:
+            t = np.round(t / 50) * 50  # ties
+        if k % 50 == 0:
+            t[:, 1] = 7.0  # constant: undefined
+        want = kendall_tau_b(np.arange(n), t[:, 1])
+        got = traversal_tau(t)
+        assert got == want or (np.isnan(got) and np.isnan(want))
+    assert traversal_tau([(0, 3), (1, 2), (2, 1), (3, 0), (4, -1)]) == -1.0
+    with pytest.raises(ValueError, match="finite"):
+        traversal_tau([(0, 1), (0, 2), (0, float("nan")), (0, 4), (0, 5)])
