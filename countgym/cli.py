@@ -523,6 +523,13 @@ def _stdout_closed() -> int:
     return 141
 
 
+def _announce_slow_imports() -> None:
+    """Say on stderr what a run loads before its first model call when that takes seconds."""
+    from countgym import notices
+
+    notices.hook = lambda msg: print(f"countgym: {msg}", file=sys.stderr, flush=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``countgym`` command."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -534,6 +541,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # Warnings (e.g. a skipped corrupt log line) are one line each, like errors.
     warnings.formatwarning = lambda msg, *a, **k: f"countgym: warning: {msg}\n"
+    _announce_slow_imports()
     try:
         rc = cmd_scenes_make(args) if args.command == "scenes" else COMMANDS[args.command](args)
         sys.stdout.flush()  # a reader that went away shows here, not in Python's exit handler
