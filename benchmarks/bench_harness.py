@@ -228,7 +228,7 @@ def _rows(runs: dict[str, dict[str, Any]], n_episodes: int, concurrency: int, la
     ]
     ins = runs.get("inspect")
     if ins is None:
-        note = f"skipped: no {INSPECT_PYTHON.relative_to(HERE.parent)} (see benchmarks/bench_harness.py)"
+        note = "skipped: no Inspect AI venv at benchmarks/.venv-inspect (how to make it: benchmarks/bench_harness.py)"
         rows.append({"name": "harness CPU per call vs Inspect AI", "value": f"{cpu_ms['litellm']:.1f} ms/call; Inspect {note}",
                      "target": "<= 0.8x", "ok": None})
         rows.append({"name": "harness peak memory vs Inspect AI", "value": f"{ours['peak_rss_mib']:.0f} MiB; Inspect {note}",
