@@ -157,3 +157,20 @@ def test_library_use_prints_no_notice() -> None:
                   LITELLM_LOCAL_MODEL_COST_MAP="True")
     assert out.returncode == 0, out.stderr
     assert "loading litellm" not in out.stderr
+
+
+def test_a_user_mistake_is_one_line_before_any_backend_loads(tmp_path: Path) -> None:
+    ds = make_tiny_dataset(tmp_path / "d")
+    (ds.root / "images" / "two.png").unlink()
+    code = (
+        "import sys\n"
+        "from countgym.cli import main\n"
+        f"rc = main(['run', '--data', {str(ds.root)!r}, '--agent', 'tag', '--model', 'openai/blob',\n"
+        "           '--agent-option', 'api_base=http://127.0.0.1:9/v1', '--no-progress',\n"
+        f"           '--out', {str(tmp_path / 'runs')!r}])\n"
+        "print('rc', rc, 'litellm' in sys.modules)\n"
+    )
+    out = _python(code, OPENAI_API_KEY="sk-test-not-a-key")
+    assert out.stdout.strip() == "rc 2 False", out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("countgym: error:") and "two.png" in lines[0]
