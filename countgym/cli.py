@@ -305,7 +305,27 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 1
     for line in res.error_messages[:5]:
         print(f"  error: {_scrub(line)}", file=sys.stderr)
+    from countgym.cells import log_files_of
+
+    _print_glance(log_files_of(res.log), Path(args.out))
     return 0
+
+
+def _print_glance(files: Sequence[Path], out: Path) -> None:
+    """The results table of some cell logs, then where the full tables come from; a table
+    that cannot be computed is a warning (the episodes are safe in their logs)."""
+    from countgym.glance import glance_of_logs, render
+
+    if not files:
+        return
+    try:
+        g = glance_of_logs(files, cache_dir=out)
+    except Exception as e:  # noqa: BLE001 - the run succeeded; only its summary is missing
+        print(f"countgym: warning: no results table ({type(e).__name__}: {_scrub(str(e))})", file=sys.stderr)
+        return
+    if g is not None:
+        where = f"full tables, CIs and report: countgym audit {out} --out {out}-audit"
+        sys.stdout.write(render(g, where=where))
 
 
 def all_failed(res: Any) -> bool:
@@ -360,6 +380,12 @@ def cmd_audit(args: argparse.Namespace) -> int:
     if files.report is not None:
         shown = f" (viewer: {files.viewer_shown} of {files.viewer_total} episodes)" if files.viewer_total else ""
         print(f"report: {files.report}{shown}")
+    from countgym.glance import glance_of_audit, render
+
+    where = f"full tables (all columns, 95 % CIs): {files.tables['summary']}"
+    if files.report is not None:
+        where += f"; report: {files.report}"
+    sys.stdout.write(render(glance_of_audit(args.out), where=where))
     return 0
 
 
@@ -454,6 +480,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     errors = sum(r.errors for r in results)
     cost = sum(r.cost for r in results)
     print(f"{len(results)} cells, {ran} episodes run, {errors} errors, ${cost:.4f} recorded -> {cfg.out}")
+    from countgym.cells import log_files_of
+
+    _print_glance([f for r in results for f in log_files_of(r.log)], Path(cfg.out))
     failed = [r for r in results if all_failed(r)]
     if failed:
         print(
