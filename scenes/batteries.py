@@ -132,7 +132,8 @@ def _battery(name: str) -> Battery:
         return BATTERIES[name]
     except KeyError:
         raise UserError(
-            f"unknown battery {name!r}; valid batteries: {', '.join(BATTERIES)}"
+            f"unknown battery {name!r}; valid batteries: {dataset_names(subsets=False)}"
+            f"{_did_you_mean(name)}"
         ) from None
 
 
@@ -355,13 +356,39 @@ def resolve_dataset(name_or_path: str | Path) -> Dataset:
         folder, label = Path(base).expanduser(), Path(base).name
     else:
         raise UserError(
-            f"unknown dataset {text!r}: give a folder with manifest.jsonl or a battery "
-            f"({', '.join(BATTERIES)}), optionally with :SUBSET ({', '.join(SUBSETS)})"
+            f"unknown dataset {text!r}: give a folder with manifest.jsonl or one of "
+            f"{dataset_names()}{_did_you_mean(base)}"
         )
     if not subset:
         return Dataset(folder, name=label)
     return SubsetDataset(folder, subset, name=f"{label}:{subset}")
 
+
+
+def dataset_names(*, subsets: bool = True) -> str:
+    """Every dataset name the resolver knows, for error messages and help: the generated
+    batteries of all three studies, the photo sets, and (``subsets``) their named subsets and
+    the ``+transform`` copies."""
+    from .photos.resolve import PHOTO_SETS
+    from .transforms import TRANSFORMS
+
+    names = [*BATTERIES, *OTHER_BATTERIES, *PHOTO_SETS]
+    if not subsets:
+        return ", ".join(names)
+    photo = [f"{p.name}:{{{','.join(p.subsets)}}}" for p in PHOTO_SETS.values() if p.subsets]
+    return (
+        f"{', '.join(names)}; subsets: dotarrays[-main]:{{{','.join(SUBSETS)}}}, {', '.join(photo)}, "
+        f"countvideo:kK (K videos per cardinality); any of them +{{{','.join(TRANSFORMS)}}}"
+    )
+
+
+def _did_you_mean(name: str) -> str:
+    import difflib
+
+    from .photos.resolve import PHOTO_SETS
+
+    close = difflib.get_close_matches(name, [*BATTERIES, *OTHER_BATTERIES, *PHOTO_SETS], n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 resolve_with_photos = resolve_dataset
