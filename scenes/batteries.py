@@ -174,11 +174,8 @@ def stratified_sample(specs: Sequence[ArraySpec], size: int) -> list[ArraySpec]:
     at ``(i + j) mod R``, so arrangements, sets and seeds rotate across levels.
     """
     levels = sorted({s.n for s in specs})
-    base, extra = divmod(size, len(levels))
-    bonus = {(2 * j + 1) * len(levels) // (2 * extra) for j in range(extra)}
     chosen: list[ArraySpec] = []
-    for i, n in enumerate(levels):
-        quota = base + (i in bonus)
+    for i, (n, quota) in enumerate(zip(levels, level_quotas(len(levels), size), strict=True)):
         groups: dict[tuple[str, str], list[ArraySpec]] = {}
         for s in specs:
             if s.n == n:
@@ -190,6 +187,15 @@ def stratified_sample(specs: Sequence[ArraySpec], size: int) -> list[ArraySpec]:
             raise ValueError(f"level n={n} has {len(picks)} cells, {quota} wanted")
         chosen.extend(picks[:quota])
     return chosen
+
+
+def level_quotas(n_levels: int, size: int) -> list[int]:
+    """How many of ``size`` items each of ``n_levels`` count levels gets: ``size // L`` each,
+    and the ``size % L`` extra ones go to the levels at evenly spaced positions
+    ``floor((2j + 1) L / (2 extra))`` (the named subsets' rule)."""
+    base, extra = divmod(size, n_levels)
+    bonus = {(2 * j + 1) * n_levels // (2 * extra) for j in range(extra)}
+    return [base + (i in bonus) for i in range(n_levels)]
 
 
 def _rotate(items: list[_T], k: int) -> list[_T]:
@@ -314,6 +320,19 @@ def _countvideo(per_level: int | None = None) -> Dataset:
 
     name = "countvideo" if per_level is None else f"countvideo:k{per_level}"
     return Dataset(cached_countvideo(per_level=per_level), name=name)
+
+
+def limit_source(name: str, limit: int) -> str:
+    """The dataset a cell with ``limit`` stimuli of battery ``name`` reads: for ``countvideo``
+    (2,600 videos built on first use, about an hour) the smallest balanced subset
+    ``countvideo:kK`` (K videos per cardinality) that holds ``limit``, so a short run builds
+    26 K videos, not 2,600; every other name unchanged."""
+    if name != "countvideo":
+        return name
+    from .video.specs import CARDINALITIES, CLASSES, VIDEOS_PER_CLASS
+
+    per_level = -(-limit // len(CARDINALITIES))
+    return name if per_level >= len(CLASSES) * VIDEOS_PER_CLASS else f"countvideo:k{per_level}"
 
 
 # Batteries of the other studies, built into the cache on first use like the DotArrays ones.
