@@ -368,7 +368,11 @@ def resolve_dataset(name_or_path: str | Path) -> Dataset:
     if not colon:
         base, subset = text, ""
     if subset and subset not in SUBSETS:
-        raise UserError(f"unknown subset {subset!r}; valid subsets: {', '.join(SUBSETS)}")
+        import difflib
+
+        close = difflib.get_close_matches(subset, list(SUBSETS), n=1)
+        hint = f" (did you mean {base}:{close[0]}?)" if close else ""
+        raise UserError(f"unknown subset {subset!r} in {text!r}; valid names: {dataset_names()}{hint}")
     if base in BATTERIES:
         folder, label = cached_battery(base), base
     elif base and Path(base).expanduser().is_dir():

@@ -91,3 +91,20 @@ def test_long_names_keep_the_table_narrow(tmp_path: Path) -> None:
     row = lines[-2].split()
     assert row[3:] == ["1234", "5", "0.12", "12.35", "17", "93.5", "1.0", "2.0", "5.5"]
     assert row[0].startswith("...") and "/very" not in row[0]  # the folder's name, shortened
+
+
+def test_sweep_ends_with_the_table_of_all_its_cells(tiny_dataset, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture) -> None:
+    with TestServer() as srv:
+        cfg = tmp_path / "s.toml"
+        cfg.write_text(f'out = "{tmp_path / "runs"}"\ndatasets = ["{tiny_dataset.root}"]\n'
+                       f'arms = ["tag", "direct", "oracle"]\nmodels = ["openai/blob"]\n'
+                       f'[model_options."openai/blob"]\napi_base = "{srv.base_url}"\n')
+        assert main(["sweep", str(cfg), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    name = tiny_dataset.root.name
+    assert _row(out, name, "tag", "openai/blob")[3:8] == ["3", "0", "1.00", "0.00", "10+"]
+    assert _row(out, name, "direct", "openai/blob")[3:5] == ["3", "0"]
+    assert _row(out, name, "oracle", "oracle")[3:] == ["3", "0", "1.00", "0.00", "10+", "100.0", "0.0", "0.0",
+                                                      "0.0"]
+    assert out.splitlines()[-1].startswith("full tables, CIs and report: countgym audit")

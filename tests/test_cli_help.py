@@ -68,3 +68,10 @@ def test_unknown_env_lists_every_env(capsys: pytest.CaptureFixture) -> None:
     for env in ("DotArrays-v0", "DotArraysXL-v0", "Lattice-v0", "FSC147-v0", "PixMoCount-v0", "CountBench-v0",
                 "CounterCount-v0", "CountVideo-v0"):
         assert f"countgym/{env}" in err, env
+
+
+def test_unknown_subset_lists_every_name(capsys: pytest.CaptureFixture) -> None:
+    err = _one_line_error(["run", "--data", "dotarrays:comon", "--agent", "oracle"], capsys)
+    for name in ALL_DATASETS:
+        assert name in err, name
+    assert "did you mean dotarrays:common?" in err
