@@ -124,9 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
     mk.add_argument("--out", required=True, help="dataset folder to write (manifest.jsonl + media)")
     mk.add_argument("--seed", type=_non_negative_int, default=0,
                     help="offset of every stimulus seed (default 0: the paper's stimuli)")
-    mk.add_argument("--per-level", type=_positive_int, default=None,
+    mk.add_argument("--per-level", type=_positive_int, default=None, metavar="K",
                     help="stimuli per count level (dot batteries: replicates; countvideo: videos per cardinality)")
-    mk.add_argument("--limit", type=_positive_int, default=None,
+    mk.add_argument("--limit", type=_positive_int, default=None, metavar="K",
                     help="write only K stimuli, spread evenly over the design so they span the counts "
                          "(countercount: K pairs)")
     mk.add_argument("--renderer", default=None, help="video battery: fast (default), blender/cycles, eevee, workbench")
@@ -154,7 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ablation: ask for tags in reading order or its reverse")
     r.add_argument("--no-thinking", action="store_true", help="control: reasoning disabled (the lowest effort where a provider cannot disable it)")
     r.add_argument("--perturb", choices=["remove", "add"], default=None,
-                   help="harness perturbation after the first tag call: remove or add a tag")
+                   help="probe: after the first tag call the harness silently removes an on-target tag "
+                        "or adds one on an untagged object")
     r.add_argument("--protocol", choices=["json", "native"], default=None,
                    help="tool-loop arms: the paper's JSON action line (default) or native tool calls")
     r.add_argument("--agent-option", action="append", default=[], metavar="KEY=VALUE",
@@ -162,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", default="runs", help="run folder (default: runs)")
     r.add_argument("--concurrency", type=_int_between(1, MAX_CONCURRENCY), default=1,
                    help=f"episodes in flight at once (1 to {MAX_CONCURRENCY}; default 1)")
-    r.add_argument("--limit", type=_positive_int, default=None, help=_LIMIT_HELP)
+    r.add_argument("--limit", type=_positive_int, default=None, metavar="K", help=_LIMIT_HELP)
     r.add_argument("--repeats", type=_int_between(1, MAX_REPEATS), default=1,
                    help=f"episodes per stimulus (1 to {MAX_REPEATS}; default 1)")
     r.add_argument("--seed", type=_non_negative_int, default=0,
