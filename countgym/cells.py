@@ -123,9 +123,18 @@ def folder_of(dataset: str) -> Path | None:
     """The absolute folder a dataset names, or None for a registry name (battery, photo set)."""
     base, _ = _split_folder(dataset)
     path = Path(base).expanduser()
-    if "/" in base or "\\" in base or base.startswith((".", "~")) or path.is_dir():
+    if "/" in base or "\\" in base or base.startswith((".", "~")):
+        return path.resolve()
+    if path.is_dir() and base.lower() not in _registry_names():  # registry names come first
         return path.resolve()
     return None
+
+
+def _registry_names() -> set[str]:
+    from countgym.scenes.batteries import BATTERIES, OTHER_BATTERIES
+    from countgym.scenes.photos.resolve import PHOTO_SETS
+
+    return {*BATTERIES, *OTHER_BATTERIES, *(a for p in PHOTO_SETS.values() for a in (p.name, *p.aliases))}
 
 
 def dataset_label(dataset: str) -> str:
