@@ -93,7 +93,8 @@ def _downloadable() -> list[str]:
 _NO_PROGRESS = "no progress bar"
 _LIMIT_HELP = (
     "run K stimuli stratified by true count (every count level gets its share, spread over the "
-    "manifest; deterministic); countvideo builds only the balanced subset that holds them"
+    "manifest; deterministic); a large battery built on first use builds only the balanced subset "
+    "that holds them"
 )
 
 
@@ -125,10 +126,10 @@ def build_parser() -> argparse.ArgumentParser:
     mk.add_argument("--seed", type=_non_negative_int, default=0,
                     help="offset of every stimulus seed (default 0: the paper's stimuli)")
     mk.add_argument("--per-level", type=_positive_int, default=None, metavar="K",
-                    help="stimuli per count level (dot batteries: replicates; countvideo: videos per cardinality)")
+                    help="stimuli per count level of a generated battery")
     mk.add_argument("--limit", type=_positive_int, default=None, metavar="K",
                     help="write only K stimuli, spread evenly over the design so they span the counts "
-                         "(countercount: K pairs)")
+                         "(a paired battery: K pairs)")
     mk.add_argument("--renderer", default=None, help="video battery: fast (default), blender/cycles, eevee, workbench")
     mk.add_argument("--size", type=_frame_size, default=None, help="video battery frame size: WxH, full, half or quarter")
     mk.add_argument("--video", action="store_true", help="video battery: also write an MP4 of each clip")
@@ -339,7 +340,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _print_glance(files: Sequence[Path], out: Path) -> None:
     """The results table of some cell logs, then where the full tables come from; a table
     that cannot be computed is a warning (the episodes are safe in their logs)."""
-    from countgym.glance import glance_of_logs, render
+    from countgym.analysis.glance import glance_of_logs, render
 
     if not files:
         return
@@ -405,7 +406,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     if files.report is not None:
         shown = f" (viewer: {files.viewer_shown} of {files.viewer_total} episodes)" if files.viewer_total else ""
         print(f"report: {files.report}{shown}")
-    from countgym.glance import glance_of_audit, render
+    from countgym.analysis.glance import glance_of_audit, render
 
     where = f"full tables (all columns, 95 % CIs): {files.tables['summary']}"
     if files.report is not None:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from countgym.analysis.glance import WIDTH
 from countgym.cli import main
-from countgym.glance import WIDTH
 from countgym.testing.server import TestServer
 
 
@@ -76,7 +76,7 @@ def test_countercount_and_video_cells_show_their_headline_metrics(
 def test_long_names_keep_the_table_narrow(tmp_path: Path) -> None:
     import pandas as pd
 
-    from countgym.glance import Glance, render
+    from countgym.analysis.glance import Glance, render
 
     name = "/very/long/folder/" + "x" * 80
     summary = pd.DataFrame([{

@@ -6,8 +6,8 @@ One section per task, each with its own headline metrics, read from the audit's 
 - image tool loop (Give the Model a Finger): n episodes, errors, EM, MAE, R80 (main battery
   only; ``+`` marks a right-censored range) and the point-level audit rates per 100
   ground-truth objects (on-target, duplicate, phantom, omission) where the arm places tags;
-- CountVideoBench: EM, MAE, support size |S| and prediction perplexity PP (Section 5);
-- CounterCount: factual accuracy, counterfactual (CF) accuracy and bias rate (Section 4).
+- CountVideoBench: EM, MAE, support size |S| and prediction perplexity PP (Section 5.2);
+- CounterCount: factual accuracy, counterfactual (CF) accuracy and bias rate (Section 3).
 
 The table fits 100 columns: long names are shortened from the left (``...name``), numbers
 are rounded to what a glance needs. The full tables (with confidence intervals) are the
@@ -66,9 +66,9 @@ def glance_of_audit(out_dir: str | Path) -> Glance:
 def glance_of_logs(files: Sequence[Path], *, cache_dir: str | Path) -> Glance | None:
     """The table of some log files, computed as ``countgym audit`` would (answer rules without a
     judge or parser, fewer bootstrap resamples); None when they hold no episode."""
-    from countgym.analysis.extraction import resolve_answers
-    from countgym.analysis.pipeline import compute_tables
-    from countgym.analysis.tables import read_episode_records
+    from .extraction import resolve_answers
+    from .pipeline import compute_tables
+    from .tables import read_episode_records
 
     records = read_episode_records(list(files))
     if not records:
@@ -78,7 +78,7 @@ def glance_of_logs(files: Sequence[Path], *, cache_dir: str | Path) -> Glance | 
     cf_records = [r for r in records if r.env_options.get("task") == "countercount"]
     cf = None
     if cf_records:
-        from countgym.analysis import cf as cf_analysis
+        from . import cf as cf_analysis
 
         cf = cf_analysis.cf_scores(cf_analysis.cf_frame(cf_records), n_resamples=GLANCE_RESAMPLES)
     return Glance(tables.summary, _task_map(tables.episodes), cf)
@@ -108,7 +108,7 @@ def _short(text: Any, width: int) -> str:
 
 
 def _dataset(text: Any) -> str:
-    from countgym.analysis.naming import short_dataset
+    from .naming import short_dataset
 
     return short_dataset(text)
 
@@ -138,7 +138,7 @@ def _name_columns(rows: list[list[str]], numeric_width: int, n_names: int) -> li
 
 
 def _rows_of(g: Glance, task: str) -> pd.DataFrame:
-    from countgym.analysis.summary import primary_rows
+    from .summary import primary_rows
 
     s = primary_rows(g.summary)
     keep = [g.tasks.get((str(d), str(a), str(m)), "image") == task
