@@ -57,3 +57,12 @@ def test_bench_harness_smoke(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
         "harness peak memory vs Inspect AI"]
     assert "(8 calls, 0 errors, 4 correct)" in rows[1]["name"]
     assert "skipped" in rows[2]["value"]
+
+
+def test_bench_startup_sees_the_notice_before_the_first_request() -> None:
+    pytest.importorskip("litellm")
+    import bench_startup
+
+    row = bench_startup.bench_startup()
+    assert row["notice_cpu_s"] is not None and row["notice_cpu_s"] < row["first_request_cpu_s"]
+    assert "loaded then: litellm" in row["value"]
