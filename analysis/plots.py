@@ -65,7 +65,8 @@ def accuracy_vs_n(
         return None
     panels = list(curve.groupby(["dataset", "model"], sort=True))[:MAX_PANELS]
     rows, cols = _grid(len(panels))
-    fig = Figure(figsize=(5.2 * cols, 3.6 * rows), layout="constrained")
+    # At most 13 in wide (1300 px at 100 dpi): the report's 1400 px layout shows it unscaled.
+    fig = Figure(figsize=(max(8.0, min(5.2, 13.0 / cols) * cols), 3.6 * rows), layout="constrained")
     colors = arm_colors(curve["arm"])
     axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).ravel()
     for ax, ((ds, model), g) in zip(axes, panels, strict=False):
