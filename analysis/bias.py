@@ -393,7 +393,7 @@ def cardinality_heatmap(
                     f"{v:.0f}",
                     ha="center",
                     va="center",
-                    fontsize=7,
+                    fontsize=8,
                     color="white" if v < 60 else "black",
                 )
     ax.set_xlabel("ground-truth count")

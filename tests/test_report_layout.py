@@ -177,6 +177,23 @@ def test_heatmap_of_26_cardinalities_fits_and_histogram_ticks_do_not_collide(tmp
     assert min(t.get_fontsize() for t in ax.get_xticklabels()) >= 8
 
 
+def test_report_figures_have_no_text_smaller_than_8pt(runs: dict[str, Path]) -> None:
+    from matplotlib.text import Text
+
+    from countgym.analysis import plots
+    from countgym.analysis.summary import primary_rows
+
+    tables = compute_tables(read_records([runs["image"]]), n_resamples=50)
+    summary = primary_rows(tables.summary)
+    figs = [plots.accuracy_vs_n(tables.accuracy_by_n, summary, tables.counting_range),
+            plots.arm_comparison(summary, tables.contrasts), plots.capacity_profile(summary, tables.contrasts),
+            plots.tau_sensitivity(summary)]  # fmt: skip
+    assert all(f is not None for f in figs)
+    for fig in figs:
+        sizes = [t.get_fontsize() for t in fig.findobj(Text) if t.get_text() and t.get_visible()]
+        assert sizes and min(sizes) >= 8, sorted(sizes)[:5]
+
+
 def test_countercount_bars_of_17_categories_fit_the_layout() -> None:
     import pandas as pd
 
