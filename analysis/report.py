@@ -122,7 +122,8 @@ def html_table(
     numeric: Sequence[str] = (),
 ) -> str:
     """A table whose every cell is escaped; ``columns`` = (header, column name or cell function)."""
-    head = "".join(f"<th>{esc(h)}</th>" for h, _ in columns)
+    # Long snake_case headers may break after an underscore (the table must fit the page).
+    head = "".join(f"<th>{esc(h).replace('_', '_<wbr>')}</th>" for h, _ in columns)
     body = []
     for row in df.to_dict("records"):
         cells = []
@@ -596,7 +597,7 @@ nav a { margin-right: 14px; color: var(--accent); text-decoration: none; }
 /* Tables fit the page: headers and long text cells wrap, numbers and "value [CI]" cells do not. */
 table { border-collapse: collapse; font-size: 12px; width: 100%; }
 th, td { padding: 3px 6px; border-bottom: 1px solid var(--line); text-align: left; }
-th { position: sticky; top: 0; background: #e9eef5; z-index: 1; vertical-align: bottom; }
+th { position: sticky; top: 0; background: #e9eef5; z-index: 1; vertical-align: bottom; overflow-wrap: anywhere; }
 td { white-space: nowrap; }
 td.long { white-space: normal; overflow-wrap: anywhere; min-width: 10em; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }

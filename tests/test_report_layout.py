@@ -115,7 +115,7 @@ def test_report_title_shows_a_name_not_a_path(runs: dict[str, Path]) -> None:
 def _table_after(page: str, heading: str) -> tuple[list[str], list[list[str]]]:
     start = page.index(f"<h3>{heading}</h3>")
     table = page[start: page.index("</table>", start)]
-    heads = re.findall(r"<th>(.*?)</th>", table)
+    heads = [h.replace("<wbr>", "") for h in re.findall(r"<th>(.*?)</th>", table)]
     rows = [re.findall(r"<td[^>]*>(.*?)</td>", r) for r in re.findall(r"<tr>(.*?)</tr>", table)[1:]]
     return heads, rows
 
@@ -229,10 +229,9 @@ MEASURE = """<script>window.addEventListener("load", function () {
 });</script>"""
 
 
-@needs_chromium
-def test_nothing_is_wider_than_a_1400px_window(full_report: Path, tmp_path: Path) -> None:
-    page = (full_report / "report.html").read_text(encoding="utf-8")
-    probe = full_report / "measure.html"
+def _measure(page: str, where: Path, tmp_path: Path) -> dict:
+    """Layout facts of ``page`` opened in headless Chromium at a 1400 px window."""
+    probe = where / "measure.html"
     probe.write_text(page.replace("</body>", MEASURE + "</body>"), encoding="utf-8")
     assert CHROMIUM is not None
     res = subprocess.run(
@@ -244,14 +243,42 @@ def test_nothing_is_wider_than_a_1400px_window(full_report: Path, tmp_path: Path
     )  # fmt: skip
     m = re.search(r'<pre id="cg-measure">(.*?)</pre>', res.stdout, re.DOTALL)
     assert m is not None, res.stderr[-2000:]
-    r = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+    return json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+
+
+def _assert_fits(r: dict) -> None:
     assert r["doc"] <= 1400  # the page never scrolls sideways
-    assert {"summary", "countercount", "countvideo", "viewer"} <= set(r["sections"])
     for sid, (scroll, right) in r["sections"].items():
         assert scroll <= 1352 and right <= 1400, (sid, scroll, right)
     for sid, scroll, client in r["wraps"]:
         assert scroll <= client + 1, f"a table in {sid} scrolls sideways ({scroll} > {client} px)"
-    assert {s for s, *_ in r["images"]} >= {"countercount", "countvideo"}
     for sid, natural, shown in r["images"]:
         # Shown at (nearly) full size: the tick labels keep the size they were drawn at.
         assert shown <= 1352 and shown >= 0.95 * natural, (sid, natural, shown)
+
+
+@needs_chromium
+def test_nothing_is_wider_than_a_1400px_window(full_report: Path, tmp_path: Path) -> None:
+    r = _measure((full_report / "report.html").read_text(encoding="utf-8"), tmp_path, tmp_path)
+    assert {"summary", "countercount", "countvideo", "viewer"} <= set(r["sections"])
+    assert {s for s, *_ in r["images"]} >= {"countercount", "countvideo"}
+    _assert_fits(r)
+
+
+@needs_chromium
+def test_a_principle_table_with_many_long_columns_fits(runs: dict[str, Path], tmp_path: Path) -> None:
+    import dataclasses
+
+    import pandas as pd
+
+    tables = compute_tables(read_records([runs["image"]]), n_resamples=50)
+    cols = ["dataset", "model", "arm", "kind", "arm_unperturbed", "n_trajectories", "n_skipped", "repair_rate",
+            "n_discriminating", "visible_share", "emitted_share", "n_paired", "answer_shift_mean",
+            "answer_shift_repaired_mean", "answer_shift_unrepaired_mean"]  # fmt: skip
+    wide = pd.DataFrame([["/data/dotarrays:ablation", "openrouter/qwen/qwen3-vl-32b-instruct", "tag+perturb=remove",
+                          "remove", "tag", 272, 3, 0.41, 200, 0.52, 0.31, 270, -0.37, -0.12, -0.88]] * 3, columns=cols)  # fmt: skip
+    page = render_report(dataclasses.replace(tables, principles={"perturbation": wide}), figures={}, viewer=None,
+                         provenance={"episodes": 3})  # fmt: skip
+    r = _measure(page, tmp_path, tmp_path)
+    assert "principles" in r["sections"]
+    _assert_fits(r)
