@@ -13,9 +13,10 @@ points are perturbed by an amount that depends on the prompt it answers (the arm
   normalised [0, 1000] frame (pointing error).
 
 ``scale`` is ``NOISE_SCALE[kind]``: small for the tool loop, larger for blind pointing and
-chain of thought, largest for the direct answer (the ordering *Give the Model a Finger* reports
-for its arms); the three CountVideoBench prompts and the two CounterCount formats get different
-scales too, so prompt arms differ. The random draws are keyed on the server seed, the prompt
+chain of thought, largest for the direct answer; the three CountVideoBench prompts and the two
+CounterCount formats get different scales too, so prompt arms differ. The scales are chosen to
+exercise the tables, contrasts and figures with visible, CI-solid differences; they model no
+paper's results (the papers' arm effects depend on the model). The random draws are keyed on the server seed, the prompt
 kind and the request's messages (a hash), never on the arrival order: the same request gets the
 same reply, so a resumed or concurrent sweep is reproducible.
 """
