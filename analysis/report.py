@@ -597,7 +597,7 @@ nav a { margin-right: 14px; color: var(--accent); text-decoration: none; }
 /* Tables fit the page: headers and long text cells wrap, numbers and "value [CI]" cells do not. */
 table { border-collapse: collapse; font-size: 12px; width: 100%; }
 th, td { padding: 3px 6px; border-bottom: 1px solid var(--line); text-align: left; }
-th { position: sticky; top: 0; background: #e9eef5; z-index: 1; vertical-align: bottom; overflow-wrap: anywhere; }
+th { position: sticky; top: 0; background: #e9eef5; z-index: 1; vertical-align: bottom; }
 td { white-space: nowrap; }
 td.long { white-space: normal; overflow-wrap: anywhere; min-width: 10em; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
