@@ -216,3 +216,46 @@ def test_traversal_tau_is_kendall_tau_b_of_the_index() -> None:
     assert traversal_tau([(0, 3), (1, 2), (2, 1), (3, 0), (4, -1)]) == -1.0
     with pytest.raises(ValueError, match="finite"):
         traversal_tau([(0, 1), (0, 2), (0, float("nan")), (0, 4), (0, 5)])
+
+
+# --- lean ground truth ------------------------------------------------------------------------------
+
+
+def _manifest(tmp_path: Path, n: int) -> list[Stimulus]:
+    rng = np.random.default_rng(0)
+    stims = [
+        Stimulus(id=f"s{i}", n=50, obj="dots", obj_sing="dot", image=f"s{i}.png",
+                 points=[(float(x), float(y)) for x, y in rng.uniform(0, 768, (50, 2))], meta={"k": i})
+        for i in range(n)
+    ]  # fmt: skip
+    write_manifest(tmp_path / "ds", stims)
+    return stims
+
+
+def test_dataset_keeps_manifest_lines_not_objects(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """3,000 stimuli of 50 points: as objects about 20 MB; kept as their manifest lines (a
+    few parsed) under half of that. Every access gives the stimulus the manifest holds."""
+    import countgym.stimulus as stimulus_mod
+    from countgym.errors import UserError
+    from countgym.stimulus import Dataset
+
+    stims = _manifest(tmp_path, 3000)
+    monkeypatch.setattr(stimulus_mod, "STIMULUS_CACHE_SIZE", 16)
+    tracemalloc.start()
+    try:
+        ds = Dataset(tmp_path / "ds")
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert held < 9_000_000, f"{held / 1e6:.1f} MB held"
+    assert len(ds) == 3000 and ds.ids() == [s.id for s in stims]
+    for i in (0, 2999, 17, 0, 1500):
+        assert ds[f"s{i}"] == stims[i]
+    assert list(ds) == stims
+    with pytest.raises(UserError, match="no stimulus 'nope'"):
+        ds["nope"]
+    assert ds.stimuli == stims and ds["s5"] is ds.stimuli[5]  # the list, once built, is kept
+    ds.stimuli = stims[:2]  # as subset datasets do
+    assert len(ds) == 2 and ds.ids() == ["s0", "s1"]
+    with pytest.raises(UserError):
+        ds["s2"]
