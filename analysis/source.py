@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO, overload
 
-from countgym.logs import EpisodeRecord, LogLineError, _read_line, known_secrets
+from countgym.logs import EpisodeRecord, LogLineError, _read_line
+from countgym.secrets import known_secrets
 
 Hook = Callable[[int, EpisodeRecord], EpisodeRecord]
 """Called once per record (its position, the record) on the first pass; returns the record
@@ -71,6 +72,8 @@ class RecordSource(Sequence[EpisodeRecord]):
         return self._scanned
 
     def _first_pass(self) -> Iterator[EpisodeRecord]:
+        # A first pass stopped early left nothing the next one trusts: start over.
+        self._pos, self._replaced, self._ids = [], {}, {}
         i = 0
         for rec in self._records:
             yield self._noted(i, rec)
