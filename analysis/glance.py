@@ -19,9 +19,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
+
+if TYPE_CHECKING:
+    from countgym.logs import EpisodeRecord
 
 WIDTH = 100
 """The widest line the table may print."""
@@ -65,22 +68,37 @@ def glance_of_audit(out_dir: str | Path) -> Glance:
 
 def glance_of_logs(files: Sequence[Path], *, cache_dir: str | Path) -> Glance | None:
     """The table of some log files, computed as ``countgym audit`` would (answer rules without a
-    judge or parser, fewer bootstrap resamples); None when they hold no episode."""
-    from .extraction import resolve_answers
-    from .pipeline import compute_tables
-    from .tables import read_episode_records
+    judge or parser, fewer bootstrap resamples); None when they hold no episode.
 
-    records = read_episode_records(list(files))
-    if not records:
+    The records stream through once, as in the full audit (``source.RecordSource``): each is
+    resolved and taken into the tables on its way; only the CounterCount records are read
+    again, for their scores."""
+    from .extraction import AnswerResolver
+    from .pipeline import NoEpisodes, compute_tables
+    from .source import RecordSource
+    from .tables import _log_files, _split_sources
+
+    paths, records = _split_sources(list(files))
+    source = RecordSource(records, _log_files(paths) if paths else [])
+    answers = AnswerResolver(cache_dir=cache_dir)
+    cf_positions: list[int] = []
+
+    def note(i: int, rec: EpisodeRecord) -> EpisodeRecord:
+        rec = answers.step(i, rec)
+        if rec.env_options.get("task") == "countercount":
+            cf_positions.append(i)
+        return rec
+
+    source.add_hook(note)
+    try:
+        tables = compute_tables(source, n_resamples=GLANCE_RESAMPLES)
+    except NoEpisodes:
         return None
-    records = resolve_answers(records, cache_dir=cache_dir).records
-    tables = compute_tables(records, n_resamples=GLANCE_RESAMPLES)
-    cf_records = [r for r in records if r.env_options.get("task") == "countercount"]
     cf = None
-    if cf_records:
+    if cf_positions:
         from . import cf as cf_analysis
 
-        cf = cf_analysis.cf_scores(cf_analysis.cf_frame(cf_records), n_resamples=GLANCE_RESAMPLES)
+        cf = cf_analysis.cf_scores(cf_analysis.cf_frame(source.view(cf_positions)), n_resamples=GLANCE_RESAMPLES)
     return Glance(tables.summary, _task_map(tables.episodes), cf)
 
 

@@ -55,6 +55,7 @@ class StimulusCache:
 
     def __init__(self, resolve: Resolver | None = None) -> None:
         self._resolve = cached_resolver(resolve)
+        self._datasets: dict[str, Dataset | None] = {}
         self._gt: dict[tuple[str, str, Any], tuple[np.ndarray, float] | None] = {}
 
     @property
@@ -63,13 +64,16 @@ class StimulusCache:
         return self._resolve
 
     def dataset(self, name: str) -> Dataset | None:
-        """The dataset called ``name``, or None when it cannot be resolved."""
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                return self._resolve(name)
-        except UserError:
-            return None
+        """The dataset called ``name``, or None when it cannot be resolved (resolved once:
+        silencing warnings costs more than a stimulus lookup, so it is paid once per name)."""
+        if name not in self._datasets:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    self._datasets[name] = self._resolve(name)
+            except UserError:
+                self._datasets[name] = None
+        return self._datasets[name]
 
     def stimulus(self, record: EpisodeRecord) -> Stimulus | None:
         """The record's stimulus, or None (unknown dataset or id, or a different true count)."""

@@ -452,6 +452,17 @@ def iter_records(
 
 def _read_line(line: str, exact_text: bool, secrets: Any) -> tuple[EpisodeRecord | None, str, bool]:
     """(record, "", False) for a valid line, else (None, why, whether it is a newer schema)."""
+    if "\\ud" not in line and "\\uD" not in line and not may_hold_secret(line, secrets):
+        # Fast path: pydantic parses and validates the line in one go. Its JSON reader gives
+        # the same values as ``json.loads`` followed by ``model_validate`` (last duplicate key
+        # wins, NaN and the digit limit alike); whatever it refuses (bad JSON, deep nesting, a
+        # newer schema, a failed field) is read again below, so a refused line's reason and
+        # the records read are what they always were. Escaped surrogates and lines that may
+        # hold a secret always take the path below.
+        try:
+            return EpisodeRecord.model_validate_json(line), "", False
+        except (ValueError, RecursionError):
+            pass
     try:
         data = json.loads(line)
         newer_msg = _newer_schema(data)

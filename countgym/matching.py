@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
-from scipy.spatial import cKDTree
 
 TAU_FLOOR_PX = 15.0
 _FORBIDDEN = 1e12
@@ -55,6 +54,8 @@ def tau_for(points: np.ndarray | list, *, scale: float = 1.0, floor: float = TAU
         np.fill_diagonal(d, np.inf)
         nearest = d.min(1).tolist()
     else:
+        from scipy.spatial import cKDTree  # only for images of over DENSE_MAX_POINTS objects
+
         nearest = cKDTree(pts).query(pts, k=2)[0][:, 1].tolist()
     return max(floor, 0.5 * median_of(nearest)) * scale
 
@@ -136,6 +137,67 @@ def _assign(d: np.ndarray, tau: float, *, split: bool) -> tuple[np.ndarray, np.n
     return tag_obj, row_deg
 
 
+SMALL_SHARED_EDGES = 256
+"""Up to this many allowed pairs outside the lone pairs, ``_matched_count`` finds the maximum
+matching in Python (far faster than a solver call for the few duplicates of an image);
+above it, the solver."""
+
+
+def _max_matching(rows: list[int], cols: list[int]) -> int:
+    """Size of a maximum matching of the bipartite graph with edges ``rows[k] - cols[k]``
+    (Kuhn's augmenting paths; the recursion is at most as deep as there are rows)."""
+    adj: dict[int, list[int]] = {}
+    for r, c in zip(rows, cols, strict=True):
+        adj.setdefault(r, []).append(c)
+    owner: dict[int, int] = {}
+
+    def augment(r: int, seen: set[int]) -> bool:
+        for c in adj[r]:
+            if c not in seen:
+                seen.add(c)
+                if c not in owner or augment(owner[c], seen):
+                    owner[c] = r
+                    return True
+        return False
+
+    # A greedy start, then one augmenting-path search per row it left unmatched (a row with
+    # no augmenting path now never gets one later: Kuhn's argument holds from any matching).
+    left = []
+    for r, cs in adj.items():
+        for c in cs:
+            if c not in owner:
+                owner[c] = r
+                break
+        else:
+            left.append(r)
+    return len(adj) - len(left) + sum(augment(r, set()) for r in left)
+
+
+def _matched_count(d: np.ndarray, tau: float) -> tuple[int, int]:
+    """(on-target tags, tags within tau of some object) of ``match_tags`` at ``tau``.
+
+    The solver's forbidden cost makes it match as many allowed pairs as possible, so the
+    on-target count is the size of a maximum matching of the allowed pairs: the lone pairs
+    (a tag and an object allowed only to each other) plus a maximum matching of the rest.
+    """
+    n_t, n_p = d.shape
+    ri, ci = np.nonzero(d <= tau)
+    if not len(ri):
+        return 0, 0
+    row_deg = np.bincount(ri, minlength=n_t)
+    col_deg = np.bincount(ci, minlength=n_p)
+    near = int(np.count_nonzero(row_deg))
+    alone = (row_deg[ri] == 1) & (col_deg[ci] == 1)
+    n_alone = int(np.count_nonzero(alone))
+    if n_alone == len(ri):
+        return n_alone, near
+    shared = ~alone
+    if len(ri) - n_alone > SMALL_SHARED_EDGES:
+        tag_obj, _ = _assign(d, tau, split=True)
+        return int(np.count_nonzero(tag_obj >= 0)), near
+    return n_alone + _max_matching(ri[shared].tolist(), ci[shared].tolist()), near
+
+
 def match_tags(
     tags: np.ndarray | list, points: np.ndarray | list, *, tau: float | None = None, tau_scale: float = 1.0
 ) -> Match:
@@ -182,8 +244,8 @@ def match_counts(
     its sensitivity scales).
 
     Entry 0 is ``match_tags(tags, points, tau=taus[0])`` exactly (its on-target distances in
-    tag order); the other entries have the same counts as ``match_tags`` at their tau, found by
-    the faster split assignment (``_assign``), and are meant for their counts.
+    tag order); the other entries have the same counts as ``match_tags`` at their tau, found as
+    the size of a maximum matching of the allowed pairs (``_matched_count``), and no distances.
     """
     t = np.asarray(tags, dtype=float).reshape(-1, 2)
     p = np.asarray(points, dtype=float).reshape(-1, 2)
@@ -193,10 +255,14 @@ def match_counts(
     d = _distances(t, p)
     out = []
     for i, tau in enumerate(taus):
-        tag_obj, row_deg = _assign(d, tau, split=i > 0)
-        on_idx = (tag_obj >= 0).nonzero()[0]
-        on = len(on_idx)
-        near = int(np.count_nonzero(row_deg))
-        dists = tuple(d[on_idx, tag_obj[on_idx]].tolist())
+        if i == 0:
+            tag_obj, row_deg = _assign(d, tau, split=False)
+            on_idx = (tag_obj >= 0).nonzero()[0]
+            on = len(on_idx)
+            near = int(np.count_nonzero(row_deg))
+            dists = tuple(d[on_idx, tag_obj[on_idx]].tolist())
+        else:
+            on, near = _matched_count(d, tau)
+            dists = ()
         out.append(MatchCounts(on, near - on, n_t - near, n_p - on, dists))
     return out

@@ -259,3 +259,114 @@ def test_dataset_keeps_manifest_lines_not_objects(tmp_path: Path, monkeypatch: p
     assert len(ds) == 2 and ds.ids() == ["s0", "s1"]
     with pytest.raises(UserError):
         ds["s2"]
+
+
+# --- the table printed after a run streams too ------------------------------------------------
+
+
+def test_glance_of_logs_holds_no_more_records_than_it_tests(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The results table after ``countgym run``/``sweep`` reads its logs as the audit does:
+    each record is taken into the tables as it goes by (reading them into a list, as before,
+    holds all 240 at once)."""
+    from countgym.analysis.glance import glance_of_logs
+
+    log, _ = _run(tmp_path, 240)
+    monkeypatch.setattr(logs_mod, "EpisodeRecord", _Counted)
+    _Counted.alive = _Counted.most = 0
+    g = glance_of_logs([log], cache_dir=tmp_path / "cache")
+    assert g is not None and int(g.summary["n_episodes"].sum()) == 240
+    assert 1 <= _Counted.most <= 8, f"{_Counted.most} records alive at once"
+
+
+def test_glance_of_logs_is_the_table_of_the_records(tmp_path: Path) -> None:
+    """Streamed from the log, the glance has the summary that the in-memory records give, and
+    a log without a valid record has no table."""
+    from countgym.analysis.glance import GLANCE_RESAMPLES, glance_of_logs, render
+    from countgym.analysis.pipeline import compute_tables
+
+    log, recs = _run(tmp_path, 30)
+    g = glance_of_logs([log], cache_dir=tmp_path / "cache")
+    want = compute_tables(recs, n_resamples=GLANCE_RESAMPLES)
+    assert g is not None
+    pd_testing = pytest.importorskip("pandas.testing")
+    pd_testing.assert_frame_equal(g.summary, want.summary)
+    assert g.tasks == {(str(log.parents[1] / "ds"), "tag", "m"): "image"}
+    assert "tag" in render(g, where="x")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("not json\n", encoding="utf-8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert glance_of_logs([bad], cache_dir=tmp_path / "cache") is None
+
+
+# --- the fast log and manifest readers read what the careful ones read -------------------------
+
+
+def _careful(line: str) -> EpisodeRecord | None:
+    import json
+
+    try:
+        return EpisodeRecord.model_validate(json.loads(line))
+    except (ValueError, RecursionError):
+        return None
+
+
+def test_log_lines_read_as_json_loads_and_model_validate_read_them() -> None:
+    """Lines parsed and validated by pydantic in one go give the record (or the refusal) that
+    ``json.loads`` + ``model_validate`` give: duplicate keys, NaN in free options, numbers at
+    and past the digit limit, 64-bit bounds, true for an int, a version-1 record, a newer one."""
+    import json
+
+    from countgym.logs import _read_line
+
+    base = _record(_stim(1), "ds").model_dump_json()
+    cut = base[:-1]
+    lines = [
+        base,
+        cut + ',"answer":3,"answer":4}',  # the last duplicate wins
+        cut + ',"env_options":{"x":NaN,"y":1e400}}',
+        cut + ',"env_options":{"x":' + "7" * 4300 + "}}",
+        cut + ',"env_options":{"x":' + "7" * 4301 + "}}",
+        cut + ',"seed":' + str(2**63) + "}",
+        cut + ',"answer":' + str(2**70) + "}",
+        cut + ',"repeat":true}',
+        cut + ',"schema_version":1}',
+        cut + ',"schema_version":3}',
+        cut + ',"tags":[[1,"2"]]}',
+        cut + ',"cost":"NaN"}',
+        base + " x",
+        "[" * 300 + "]" * 300,
+    ]
+    for line in lines:
+        got, msg, _ = _read_line(line, False, [])
+        want = _careful(line)
+        assert (got is None) == (want is None), (line[-60:], msg)
+        if want is not None:
+            assert got is not None and json.dumps(got.model_dump(), default=str) == json.dumps(
+                want.model_dump(), default=str
+            ), line[-60:]
+
+
+def test_manifest_lines_read_as_json_loads_and_model_validate_read_them(tmp_path: Path) -> None:
+    """A manifest's stimuli, parsed by pydantic in one go, are those the careful reader gives
+    (kept and parsed again alike), and a bad line is refused naming the same field."""
+    import json
+
+    from countgym.errors import UserError
+    from countgym.stimulus import Dataset
+
+    good = _stim(0).model_dump_json()[:-1]
+    lines = [
+        good.replace('"id":"s0"', '"id":"a"') + ',"meta":{"k":NaN,"k":2,"big":' + "9" * 4300 + "}}",
+        good.replace('"id":"s0"', '"id":"b"') + ',"n":20,"n":20}',
+    ]
+    (tmp_path / "ds").mkdir()
+    (tmp_path / "ds" / "manifest.jsonl").write_text("\n".join(lines) + "\n")
+    ds = Dataset(tmp_path / "ds")
+    for line in lines:
+        want = Stimulus.model_validate(json.loads(line))
+        assert ds[want.id] == want
+    for bad, field in [(',"meta":{"k":' + "9" * 4301 + "}}", "digits"), (',"n":3}', "points")]:
+        (tmp_path / "ds" / "manifest.jsonl").write_text(good + bad + "\n")
+        with pytest.raises(UserError, match=field):
+            Dataset(tmp_path / "ds")

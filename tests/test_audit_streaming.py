@@ -18,6 +18,7 @@ import pytest
 from scipy.optimize import linear_sum_assignment
 from scipy.spatial import cKDTree
 
+from countgym import matching
 from countgym.analysis import audit_episodes, audit_tags, load_episodes
 from countgym.logs import ArmSpec, EpisodeRecord, StepRecord, Truth
 from countgym.matching import DENSE_MAX_POINTS, match_counts, match_tags, median_of, tau_for
@@ -234,3 +235,20 @@ def test_ground_truth_cache_eviction_changes_nothing(tmp_path: Path, monkeypatch
     full = audit_episodes(recs, resolve=lambda name: ds)
     monkeypatch.setattr(audit_mod, "GT_CACHE_SIZE", 2)
     assert audit_episodes(recs, resolve=lambda name: ds).to_csv() == full.to_csv()
+
+
+@pytest.mark.parametrize("limit", [0, 10**9])
+def test_sensitivity_counts_by_python_matching_and_by_the_solver_agree(monkeypatch, limit: int) -> None:
+    # The sensitivity counts come from a maximum matching in Python up to SMALL_SHARED_EDGES
+    # contested pairs, from the solver above it: both must equal the global assignment's counts,
+    # on crowded clusters and integer ties alike.
+    monkeypatch.setattr(matching, "SMALL_SHARED_EDGES", limit)
+    for kind in (1, 2):
+        rng = np.random.default_rng(100 + kind)
+        for _ in range(150):
+            t, p = _case(rng, kind)
+            tau = tau_for(p)
+            for tt, c in zip([tau * 0.75, tau * 1.5], match_counts(t, p, [tau, tau * 0.75, tau * 1.5])[1:], strict=True):
+                _, labels = reference_match(t, p, tt)
+                want = (labels.count("on_target"), labels.count("duplicate"), labels.count("phantom"))
+                assert (c.on_target, c.duplicate, c.phantom, c.omission) == (*want, len(p) - want[0])
