@@ -158,6 +158,7 @@ def test_rejection_sampling_separation_and_region() -> None:
     assert geo.sample_positions(small, np.random.default_rng(0)) is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", dsg.balanced_subset(1)[::5])
 def test_generated_scenes(spec: dsg.VideoSpec) -> None:
     g = geo.generate_geometry(spec.n, spec.shape, spec.color, dsg.video_seed(spec))
@@ -189,6 +190,7 @@ def test_geometry_is_deterministic_golden() -> None:
     assert _digest(a) == GOLDEN_GEOMETRY
 
 
+@pytest.mark.slow
 def test_polar_angle_distribution_on_a_sample() -> None:
     # Paper (Appendix B): effective polar angle in [58.2, 65.0], mean 63.1, std 1.4.
     specs = select_specs(limit=60)
@@ -266,6 +268,7 @@ UNSEEN_BEFORE_CHECK = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("n", "shape", "color", "seed"), UNSEEN_BEFORE_CHECK)
 def test_visibility_check_shows_every_object(n: int, shape: str, color: str, seed: int) -> None:
     """Section 4.3: every object is visible in at least some frames (its origin in [0, 1]^2)."""
