@@ -64,6 +64,7 @@ _EXPORTS: dict[str, str] = {
     # tables
     "load_episodes": "tables",
     "read_episode_records": "tables",
+    "iter_episode_records": "tables",
     "write_audit": "tables",
     # r80
     "CountingRange": "r80",
@@ -162,6 +163,7 @@ __all__ = [
     "exact_match",
     "exact_match_score",
     "isotonic_nonincreasing",
+    "iter_episode_records",
     "kendall_tau_b",
     "lattice_table",
     "load_episodes",
@@ -254,6 +256,7 @@ if TYPE_CHECKING:
     )
     from .summary import accuracy_by, summarize, summary_columns
     from .tables import (
+        iter_episode_records,
         load_episodes,
         read_episode_records,
         report_tables,

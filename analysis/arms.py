@@ -22,7 +22,7 @@ documented defaults (``BUILTIN_REFERENCES``) and the environments' defaults (``E
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from countgym.logs import EpisodeRecord
@@ -168,52 +168,71 @@ def _variant_suffix(
     return text if len(text) <= MAX_SUFFIX else text[: MAX_SUFFIX - 1] + "…"
 
 
-def arm_labels(records: Sequence[EpisodeRecord]) -> list[str]:
+class ArmCells:
+    """Arm cells seen so far, one entry per distinct (arm name, options, reference): ``add`` a
+    record as it streams past and keep the returned cell number, then ``labels()`` names every
+    cell (see ``arm_labels``). Holds one entry per cell, never the records."""
+
+    def __init__(self) -> None:
+        self._index: dict[str, int] = {}
+        self._cells: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
+        self._by_name: dict[str, list[int]] = {}
+
+    def __len__(self) -> int:
+        return len(self._cells)
+
+    def add(self, rec: EpisodeRecord) -> int:
+        """The cell number of ``rec`` (a new number for a cell not seen before)."""
+        task = task_name(rec)
+        opts = _normalised(rec.arm.options, task)
+        ref = reference_options(rec)
+        key = f"{rec.arm.name}|{_canonical(opts)}|{_canonical(ref)}"
+        cell = self._index.get(key)
+        if cell is None:
+            cell = self._index[key] = len(self._cells)
+            self._cells.append((rec.arm.name, opts, ref))
+            # One group per task: a policy run on several tasks is compared within each task
+            # (the tasks' options are not variants of each other).
+            self._by_name.setdefault(f"{rec.arm.name}|{task}", []).append(cell)
+        return cell
+
+    def labels(self) -> list[str]:
+        """One label per cell, in cell-number order."""
+        cells = self._cells
+        labels = [""] * len(cells)
+        for group, members in self._by_name.items():
+            name = group.rpartition("|")[0]
+            policy_keys = {
+                k for c in members for k in cells[c][1] if k not in cells[c][2] and k not in PROVENANCE_KEYS
+            }
+            varying = frozenset(
+                k for k in policy_keys
+                if len({json.dumps(cells[c][1][k], default=str, sort_keys=True)
+                        if k in cells[c][1] else "<unset>" for c in members}) > 1
+            )  # fmt: skip
+            taken: set[str] = set()
+            for c in members:
+                _, opts, ref = cells[c]
+                suffix = _variant_suffix(opts, ref, varying)
+                label = f"{name}[{suffix}]" if suffix else name
+                while label in taken:
+                    label += "'"
+                taken.add(label)
+                labels[c] = label
+        return labels
+
+
+def arm_labels(records: Iterable[EpisodeRecord]) -> list[str]:
     """One label per record: the arm name, plus ``[key=value;...]`` for every option in which
     its cell departs from the arm's reference (see the module docstring).
 
     A cell's label depends on its own options and reference, and on which policy options vary
     across the cells of its arm name; never on how many episodes each cell has.
     """
-    cells: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {}
-    by_name: dict[str, list[str]] = {}
-    for rec in records:
-        task = task_name(rec)
-        opts = _normalised(rec.arm.options, task)
-        ref = reference_options(rec)
-        key = f"{rec.arm.name}|{_canonical(opts)}|{_canonical(ref)}"
-        if key not in cells:
-            cells[key] = (rec.arm.name, opts, ref)
-            # One group per task: a policy run on several tasks is compared within each task
-            # (the tasks' options are not variants of each other).
-            by_name.setdefault(f"{rec.arm.name}|{task}", []).append(key)
-
-    labels: dict[str, str] = {}
-    for group, keys in by_name.items():
-        name = group.rpartition("|")[0]
-        policy_keys = {
-            k for key in keys for k in cells[key][1] if k not in cells[key][2] and k not in PROVENANCE_KEYS
-        }
-        varying = frozenset(
-            k for k in policy_keys
-            if len({json.dumps(cells[key][1][k], default=str, sort_keys=True)
-                    if k in cells[key][1] else "<unset>" for key in keys}) > 1
-        )  # fmt: skip
-        taken: set[str] = set()
-        for key in keys:
-            _, opts, ref = cells[key]
-            suffix = _variant_suffix(opts, ref, varying)
-            label = f"{name}[{suffix}]" if suffix else name
-            while label in taken:
-                label += "'"
-            taken.add(label)
-            labels[key] = label
-    out = []
-    for rec in records:
-        task = task_name(rec)
-        opts = _normalised(rec.arm.options, task)
-        out.append(labels[f"{rec.arm.name}|{_canonical(opts)}|{_canonical(reference_options(rec))}"])
-    return out
+    arm_cells = ArmCells()
+    numbers = [arm_cells.add(rec) for rec in records]
+    labels = arm_cells.labels()
+    return [labels[c] for c in numbers]
 
 
 def option_values(record: EpisodeRecord) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,10 +30,10 @@ import pandas as pd
 
 from countgym.errors import UserError
 from countgym.logs import EpisodeRecord
-from countgym.matching import match_tags, tau_for
+from countgym.matching import match_counts, median_of, tau_for
 from countgym.stimulus import Dataset, Stimulus
 
-from .arms import OPTION_COLUMNS, arm_labels, option_values
+from .arms import OPTION_COLUMNS, ArmCells, option_values
 
 Resolver = Callable[[str], Dataset]
 
@@ -60,6 +61,10 @@ def scale_label(scale: float) -> str:
 def sensitivity_columns(tau_scales: Sequence[float] = TAU_SCALES) -> list[str]:
     """Names of the tau-sensitivity columns, e.g. ``on_target_t075``."""
     return [f"{lab}_{scale_label(s)}" for s in tau_scales for lab in AUDIT_LABELS]
+
+
+GT_CACHE_SIZE = 4096
+"""Images whose scaled ground-truth points and tau the audit keeps (least recently used go)."""
 
 
 def _default_resolve(name: str) -> Dataset:
@@ -124,16 +129,16 @@ def audit_tags(
     p = np.asarray(points, dtype=float).reshape(-1, 2)
     t = np.asarray(tags, dtype=float).reshape(-1, 2)
     base = tau_for(p) if tau is None else float(tau)
-    m = match_tags(t, p, tau=base)
+    m, *rest = match_counts(t, p, [base, *(base * s for s in tau_scales)])
     if m.distances and shorter_side:
-        pe = 1000.0 * float(np.median(m.distances)) / float(shorter_side)
+        pe = 1000.0 * median_of(m.distances) / float(shorter_side)
     else:
         pe = float("nan")
-    sens = []
-    for s in tau_scales:
-        ms = match_tags(t, p, tau=base * s)
-        sens.append((float(s), (ms.on_target, ms.duplicate, ms.phantom, ms.omission)))
-    return TagAudit(m.on_target, m.duplicate, m.phantom, m.omission, m.tau, pe, tuple(sens))
+    sens = tuple(
+        (float(s), (ms.on_target, ms.duplicate, ms.phantom, ms.omission))
+        for s, ms in zip(tau_scales, rest, strict=True)
+    )
+    return TagAudit(m.on_target, m.duplicate, m.phantom, m.omission, float(base), pe, sens)
 
 
 # --- episodes -----------------------------------------------------------------------------------
@@ -189,23 +194,6 @@ class _StimulusLookup:
         except UserError:
             self.missing[dataset] = self.missing.get(dataset, 0) + 1
             return None
-
-
-def _dedupe(records: Iterable[EpisodeRecord]) -> list[EpisodeRecord]:
-    seen: set[str] = set()
-    out: list[EpisodeRecord] = []
-    dup: list[str] = []
-    for r in records:
-        if r.episode_id in seen:
-            dup.append(r.episode_id)
-            continue
-        seen.add(r.episode_id)
-        out.append(r)
-    if dup:
-        warnings.warn(
-            f"{len(dup)} duplicate episode ids skipped (first kept), e.g. {dup[0]!r}", stacklevel=3
-        )
-    return out
 
 
 _BASE_EXTRA_COLUMNS = (
@@ -272,13 +260,29 @@ def audit_episodes(
             *CONTRACT_COLUMNS, *_BASE_EXTRA_COLUMNS, *OPTION_COLUMNS, *sens_cols, *meta_keys,
         )
     }  # fmt: skip
-    # Ground truth in the tag frame and its tau, shared by every arm/repeat on one image.
-    gt_cache: dict[tuple[str, str, tuple[int, int] | None], tuple[np.ndarray, float]] = {}
+    # Ground truth in the tag frame and its tau, shared by every arm/repeat on one image; a
+    # bounded cache, so memory does not grow with the number of images.
+    gt_cache: OrderedDict[tuple[str, str, tuple[int, int] | None], tuple[np.ndarray, float]] = (
+        OrderedDict()
+    )
     mismatched = 0
+    # Records stream through once: each becomes one row of plain values (no record is kept).
+    # Arm labels depend on every cell of the run, so rows keep a cell number until the end.
+    seen: set[str] = set()
+    n_dup = 0
+    first_dup = ""
+    arm_cells = ArmCells()
+    cell_of_row: list[int] = []
 
-    unique = _dedupe(records)
-    labels = arm_labels(unique) if label_arms else [r.arm.name for r in unique]
-    for rec, arm in zip(unique, labels, strict=True):
+    for rec in records:
+        if rec.episode_id in seen:
+            n_dup += 1
+            first_dup = first_dup or rec.episode_id
+            continue
+        seen.add(rec.episode_id)
+        if label_arms:
+            cell_of_row.append(arm_cells.add(rec))
+        arm = rec.arm.name
         stim = lookup.get(rec.dataset, rec.stimulus_id)
         n_true = rec.truth.n if rec.truth is not None else (stim.n if stim is not None else None)
         if stim is not None and rec.truth is not None and stim.n != rec.truth.n:
@@ -296,9 +300,13 @@ def audit_episodes(
             and (tag_calls > 0 or n_tags > 0 or _tools_include_tag(rec))
         ):
             key = (rec.dataset, rec.stimulus_id, rec.image_size)
-            if key not in gt_cache:
+            if key in gt_cache:
+                gt_cache.move_to_end(key)
+            else:
                 pts = scale_points(stim.points, rec.stimulus_size, rec.image_size)
                 gt_cache[key] = (pts, tau_for(pts))
+                if len(gt_cache) > GT_CACHE_SIZE:
+                    gt_cache.popitem(last=False)
             pts, tau = gt_cache[key]
             audit = audit_tags(
                 rec.tags,
@@ -372,6 +380,13 @@ def audit_episodes(
         for k in meta_keys:
             c[k].append(_meta_value(meta[k]) if k in meta else pd.NA)
 
+    if n_dup:
+        warnings.warn(
+            f"{n_dup} duplicate episode ids skipped (first kept), e.g. {first_dup!r}", stacklevel=2
+        )
+    if label_arms:
+        labels = arm_cells.labels()
+        cols["arm"] = [labels[c] for c in cell_of_row]
     for ds, k in lookup.missing.items():
         warnings.warn(
             f"{k} stimulus ids not found in dataset {ds!r}; those episodes get no audit",

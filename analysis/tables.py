@@ -6,7 +6,7 @@ reported by ``countgym.logs.iter_records`` (file and line) and skipped, the rest
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,18 @@ def read_episode_records(
     return records
 
 
+def iter_episode_records(
+    sources: Source | Iterable[Source], *, errors: list[LogLineError] | None = None
+) -> Iterator[EpisodeRecord]:
+    """``read_episode_records`` one record at a time: the given records, then each log line as
+    it is read (log files are listed, and missing paths reported, before the first record)."""
+    paths, records = _split_sources(sources)
+    files = _log_files(paths) if paths else []
+    yield from records
+    if files:
+        yield from iter_records(files, errors)
+
+
 def load_episodes(
     paths: Source | Iterable[Source],
     *,
@@ -73,9 +85,12 @@ def load_episodes(
     errors: list[LogLineError] | None = None,
     tau_scales: Sequence[float] = TAU_SCALES,
 ) -> pd.DataFrame:
-    """The audited episodes table (one row per episode) of log files or run folders."""
+    """The audited episodes table (one row per episode) of log files or run folders.
+
+    The logs are streamed: each record becomes its row and is dropped, so memory holds the
+    table, not the records."""
     return audit_episodes(
-        read_episode_records(paths, errors=errors), resolve=resolve, tau_scales=tau_scales
+        iter_episode_records(paths, errors=errors), resolve=resolve, tau_scales=tau_scales
     )
 
 

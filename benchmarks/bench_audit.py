@@ -1,41 +1,53 @@
-"""Benchmark: point-level audit of 10,000 trajectories of about 50 tags each.
+"""Benchmark: point-level audit of 10,000 and 100,000 trajectories of about 50 tags each.
 
-Target: under 10 s. Every trajectory is on its own image (no ground-truth reuse
-between trajectories), with one tag call of ~50 noisy tags (omissions, duplicates, phantoms).
-Records are built in memory beforehand; the timed part is ``audit_episodes`` (matching at tau
-and at the two sensitivity scales, plus the DataFrame). Parsing the same records from a JSONL
-log is timed separately as ``read_seconds``.
+Targets (issue 14): the audit of 10,000 trajectories x ~50 tags in < 5 s of CPU, peak memory
+that does not grow with the number of trajectories beyond the compact per-episode table, and
+100,000 trajectories under 2 GiB.
 
-``bench_write_audit`` times the whole audit folder on the same records (``write_audit_files``:
+Every trajectory is on its own image (no ground-truth reuse between trajectories), with one tag
+call of ~50 noisy tags (omissions, duplicates, phantoms). The dataset manifest and the JSONL log
+are written to a temporary folder first (streamed, never held as lists); the measured part runs
+in a fresh subprocess: it loads the dataset (ground truth), then ``load_episodes`` reads the log,
+validates every record, matches tags at tau and the two sensitivity scales and builds the
+episodes table. Reported: the CPU seconds of ``load_episodes`` (``resource.getrusage``, user +
+system), the process's peak RSS (``ru_maxrss``), the RSS after the dataset loaded, and the
+growth per trajectory between the two.
+
+``bench_write_audit`` times the whole audit folder on in-memory records (``write_audit_files``:
 tables, contrasts, R80 bootstraps, principle tables, figures and the HTML report with its
 capped trajectory viewer); ``bench_bootstrap`` times 10,000 paired bootstrap resamples over
 1,000 items (target < 1 s).
 
-Run: ``python benchmarks/bench_audit.py [N] [--full]`` (``--full`` adds the audit-folder time).
+Run: ``python benchmarks/bench_audit.py [N] [--full]`` (one audit of N trajectories, default
+10,000; ``--full`` adds the audit-folder time), or ``python benchmarks/run.py audit audit_100k``.
 """
 
 from __future__ import annotations
 
 import json
+import resource
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
-from countgym.analysis import audit_episodes
-from countgym.logs import ArmSpec, EpisodeRecord, StepRecord, Truth, iter_records
+from countgym.logs import ArmSpec, EpisodeRecord, StepRecord, Truth
 from countgym.stimulus import Dataset, Stimulus, write_manifest
+
+CPU_TARGET_S = 5.0
+"""CPU seconds for 10,000 trajectories."""
+RSS_TARGET_MIB = 2048.0
+"""Peak RSS for 100,000 trajectories."""
 
 SIDE = 768
 
 
-def _synthetic(
-    n_trajectories: int, n_objects: int, rng: np.random.Generator
-) -> tuple[list[Stimulus], list[EpisodeRecord]]:
-    stims: list[Stimulus] = []
-    recs: list[EpisodeRecord] = []
+def _pairs(n_trajectories: int, n_objects: int, rng: np.random.Generator) -> Iterator[tuple[Stimulus, EpisodeRecord]]:
+    """One (stimulus, episode record) per trajectory, generated lazily."""
     for i in range(n_trajectories):
         pts = rng.uniform(20, SIDE - 20, (n_objects, 2))
         keep = rng.random(n_objects) >= 0.1
@@ -45,67 +57,134 @@ def _synthetic(
         allt = np.concatenate([tags, dups, phantoms])
         tag_list = [(float(x), float(y)) for x, y in allt]
         sid = f"s{i}"
-        stims.append(
-            Stimulus(
-                id=sid,
-                n=n_objects,
-                obj="dots",
-                obj_sing="dot",
-                image=f"{sid}.png",
-                points=pts.tolist(),
-            )
+        stim = Stimulus(id=sid, n=n_objects, obj="dots", obj_sing="dot", image=f"{sid}.png", points=pts.tolist())
+        rec = EpisodeRecord(
+            episode_id=f"cell/{sid}/r0",
+            stimulus_id=sid,
+            dataset="bench",
+            arm=ArmSpec(name="tag", options={"tools": ["tag"]}),
+            model="noisy-pointer",
+            seed=i,
+            image_size=(SIDE, SIDE),
+            stimulus_size=(SIDE, SIDE),
+            steps=[
+                StepRecord(index=0, action={"tool": "tag"}, tags_added=tag_list),
+                StepRecord(index=1, action={"tool": "answer", "count": len(tag_list)}),
+            ],
+            tags=tag_list,
+            answer=len(tag_list),
+            end="answer",
+            truth=Truth(n=n_objects),
+            countgym_version="bench",
+            template_hash="bench",
+            started_at="",
+            finished_at="",
         )
-        recs.append(
-            EpisodeRecord(
-                episode_id=f"cell/{sid}/r0",
-                stimulus_id=sid,
-                dataset="bench",
-                arm=ArmSpec(name="tag", options={"tools": ["tag"]}),
-                model="noisy-pointer",
-                seed=i,
-                image_size=(SIDE, SIDE),
-                stimulus_size=(SIDE, SIDE),
-                steps=[
-                    StepRecord(index=0, action={"tool": "tag"}, tags_added=tag_list),
-                    StepRecord(index=1, action={"tool": "answer", "count": len(tag_list)}),
-                ],
-                tags=tag_list,
-                answer=len(tag_list),
-                end="answer",
-                truth=Truth(n=n_objects),
-                countgym_version="bench",
-                template_hash="bench",
-                started_at="",
-                finished_at="",
-            )
-        )
+        yield stim, rec
+
+
+def _synthetic(
+    n_trajectories: int, n_objects: int, rng: np.random.Generator
+) -> tuple[list[Stimulus], list[EpisodeRecord]]:
+    stims: list[Stimulus] = []
+    recs: list[EpisodeRecord] = []
+    for stim, rec in _pairs(n_trajectories, n_objects, rng):
+        stims.append(stim)
+        recs.append(rec)
     return stims, recs
 
 
-def bench_audit(n_trajectories: int = 10_000, n_objects: int = 50, seed: int = 0) -> dict:
-    """Time ``audit_episodes`` on ``n_trajectories`` synthetic trajectories of ~50 tags."""
-    rng = np.random.default_rng(seed)
-    stims, recs = _synthetic(n_trajectories, n_objects, rng)
-    with tempfile.TemporaryDirectory() as tmp:
-        write_manifest(Path(tmp) / "bench", stims)
-        ds = Dataset(Path(tmp) / "bench")
-        log = Path(tmp) / "log.jsonl"
-        log.write_text("".join(r.model_dump_json() + "\n" for r in recs), encoding="utf-8")
-        start = time.perf_counter()
-        n_read = sum(1 for _ in iter_records([log]))
-        read_seconds = time.perf_counter() - start
+def write_bench_logs(folder: Path, n_trajectories: int, n_objects: int = 50, seed: int = 0) -> tuple[Path, Path]:
+    """Write the dataset folder ``folder/bench`` and the log ``folder/log.jsonl`` (streamed)."""
+    log = folder / "log.jsonl"
+    with log.open("w", encoding="utf-8") as f:
 
-    start = time.perf_counter()
-    df = audit_episodes(recs, resolve=lambda name: ds)
-    seconds = time.perf_counter() - start
-    assert len(df) == n_trajectories == n_read and df["audited"].all()
-    return {
-        "name": f"audit of {n_trajectories} trajectories (~{df['n_tags'].mean():.0f} tags each)",
-        "seconds": round(seconds, 3),
-        "target": "< 10 s",
-        "ok": seconds < 10.0,
-        "read_seconds": round(read_seconds, 3),
-    }
+        def stimuli() -> Iterator[Stimulus]:
+            for stim, rec in _pairs(n_trajectories, n_objects, np.random.default_rng(seed)):
+                f.write(rec.model_dump_json() + "\n")
+                yield stim
+
+        write_manifest(folder / "bench", stimuli())
+    return folder / "bench", log
+
+
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _child(dataset_dir: str, log: str) -> None:
+    """The measured process: load the ground truth, then audit the log (prints one JSON line)."""
+    from countgym.analysis import load_episodes
+
+    ds = Dataset(dataset_dir)
+    base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = _cpu()
+    df = load_episodes([log], resolve=lambda name: ds)
+    cpu = _cpu() - start
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    ok = bool(df["audited"].all())
+    print(json.dumps({
+        "rows": len(df), "audited": ok, "n_tags": float(df["n_tags"].mean()), "cpu_s": cpu,
+        "base_rss_mib": base_rss / 1024, "peak_rss_mib": peak / 1024,
+    }))  # fmt: skip
+
+
+def measure_audit(n_trajectories: int, n_objects: int = 50, seed: int = 0) -> dict:
+    """Write the logs, then audit them in a fresh subprocess; its CPU seconds and peak RSS."""
+    with tempfile.TemporaryDirectory() as tmp:
+        dataset_dir, log = write_bench_logs(Path(tmp), n_trajectories, n_objects, seed)
+        out = subprocess.run(
+            [sys.executable, __file__, "--child", str(dataset_dir), str(log)],
+            check=True, capture_output=True, text=True,
+        )  # fmt: skip
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["rows"] == n_trajectories and res["audited"], res
+    growth = (res["peak_rss_mib"] - res["base_rss_mib"]) * 1024 * 1024 / n_trajectories
+    return {**res, "n": n_trajectories, "growth_bytes_per_episode": growth}
+
+
+def bench_audit(n_trajectories: int = 10_000, n_objects: int = 50, seed: int = 0) -> list[dict]:
+    """CPU seconds and peak RSS of the audit of ``n_trajectories`` trajectories (~50 tags)."""
+    r = measure_audit(n_trajectories, n_objects, seed)
+    target = CPU_TARGET_S * n_trajectories / 10_000
+    return [
+        {
+            "name": f"audit of {n_trajectories} trajectories (~{r['n_tags']:.0f} tags each), CPU",
+            "value": f"{r['cpu_s']:.2f} s",
+            "seconds": r["cpu_s"],
+            "target": f"< {target:g} s",
+            "ok": r["cpu_s"] < target,
+        },
+        {
+            "name": f"audit of {n_trajectories} trajectories, peak RSS",
+            "value": f"{r['peak_rss_mib']:.0f} MiB (ground truth {r['base_rss_mib']:.0f} MiB, "
+            f"+{r['growth_bytes_per_episode'] / 1024:.1f} KiB/episode)",
+            "target": "table only",
+            "ok": None,
+        },
+    ]
+
+
+def bench_audit_100k(n_objects: int = 50, seed: int = 0) -> list[dict]:
+    """The audit of 100,000 trajectories: peak RSS under 2 GiB (and its CPU seconds)."""
+    r = measure_audit(100_000, n_objects, seed)
+    return [
+        {
+            "name": "audit of 100000 trajectories, peak RSS",
+            "value": f"{r['peak_rss_mib']:.0f} MiB (ground truth {r['base_rss_mib']:.0f} MiB, "
+            f"+{r['growth_bytes_per_episode'] / 1024:.1f} KiB/episode)",
+            "target": f"< {RSS_TARGET_MIB:.0f} MiB",
+            "ok": r["peak_rss_mib"] < RSS_TARGET_MIB,
+        },
+        {
+            "name": "audit of 100000 trajectories, CPU",
+            "value": f"{r['cpu_s']:.2f} s",
+            "seconds": r["cpu_s"],
+            "target": f"< {CPU_TARGET_S * 10:g} s",
+            "ok": r["cpu_s"] < CPU_TARGET_S * 10,
+        },
+    ]
 
 
 def bench_write_audit(n_trajectories: int = 10_000, n_objects: int = 50, seed: int = 0) -> dict:
@@ -150,9 +229,12 @@ def bench_bootstrap(n_items: int = 1000, n_resamples: int = 10_000) -> dict:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--child"]:
+        _child(sys.argv[2], sys.argv[3])
+        raise SystemExit(0)
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     n = int(args[0]) if args else 10_000
-    result = bench_audit(n)
+    result = measure_audit(n)
     if "--full" in sys.argv[1:]:
         full = bench_write_audit(n)
         result.update(write_audit_seconds=full["seconds"], report_bytes=full["report_bytes"])

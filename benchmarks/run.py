@@ -17,6 +17,7 @@ BENCHES: dict[str, tuple[str, str]] = {
     "env": ("bench_env", "bench_env_step"),
     "scenes": ("bench_scenes", "bench_battery_generation"),
     "audit": ("bench_audit", "bench_audit"),
+    "audit_100k": ("bench_audit", "bench_audit_100k"),
     "bootstrap": ("bench_audit", "bench_bootstrap"),
     "write_audit": ("bench_audit", "bench_write_audit"),
     "harness": ("bench_harness", "bench_harness"),

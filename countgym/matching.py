@@ -6,6 +6,7 @@ so that both score tags identically.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,7 +17,31 @@ TAU_FLOOR_PX = 15.0
 _FORBIDDEN = 1e12
 
 
-def tau_for(points: np.ndarray, *, scale: float = 1.0, floor: float = TAU_FLOOR_PX) -> float:
+DENSE_MAX_POINTS = 1024
+"""Up to this many points, nearest neighbours come from the full distance matrix (faster than a
+k-d tree for the tens of objects of a counting image, and the same distances)."""
+
+
+def median_of(values: Sequence[float]) -> float:
+    """Median of a non-empty sequence, equal to ``float(np.median(values))`` (the mean of the two
+    middle values for an even count), without numpy's per-call overhead."""
+    s = sorted(values)
+    k = len(s) // 2
+    return float(s[k]) if len(s) % 2 else (float(s[k - 1]) + float(s[k])) / 2.0
+
+
+def _distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Euclidean distances between the rows of ``a`` (n x 2) and ``b`` (m x 2), n x m: the
+    square root of dx * dx + dy * dy, in that order (the same floats as a k-d tree's)."""
+    dx = a[:, 0, None] - b[None, :, 0]
+    dy = a[:, 1, None] - b[None, :, 1]
+    dx *= dx
+    dy *= dy
+    dx += dy
+    return np.sqrt(dx, out=dx)
+
+
+def tau_for(points: np.ndarray | list, *, scale: float = 1.0, floor: float = TAU_FLOOR_PX) -> float:
     """Per-image threshold: half the median nearest-neighbour distance among the ground-truth
     points, floored at ``floor`` px, times ``scale`` (tau-sensitivity uses 0.75 and 1.5).
 
@@ -25,8 +50,13 @@ def tau_for(points: np.ndarray, *, scale: float = 1.0, floor: float = TAU_FLOOR_
     pts = np.asarray(points, dtype=float).reshape(-1, 2)
     if len(pts) < 2:
         return floor * scale
-    d, _ = cKDTree(pts).query(pts, k=2)
-    return max(floor, 0.5 * float(np.median(d[:, 1]))) * scale
+    if len(pts) <= DENSE_MAX_POINTS:
+        d = _distances(pts, pts)
+        np.fill_diagonal(d, np.inf)
+        nearest = d.min(1).tolist()
+    else:
+        nearest = cKDTree(pts).query(pts, k=2)[0][:, 1].tolist()
+    return max(floor, 0.5 * median_of(nearest)) * scale
 
 
 @dataclass(frozen=True)
@@ -61,6 +91,51 @@ class Match:
         return len(self.omitted)
 
 
+def _assign(d: np.ndarray, tau: float, *, split: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(matched object per tag or -1, number of objects within tau of each tag).
+
+    Minimum-cost one-to-one assignment with pairs farther than tau forbidden: the tags and
+    objects with an allowed pair go to ``linear_sum_assignment``, where forbidden pairs get a
+    cost so large that the solver first maximises the number of allowed matches, then minimises
+    their cost.
+
+    With ``split``, a tag whose only allowed object allows no other tag is matched to it
+    directly first (such a pair is its own component of the allowed-pairs graph, so every
+    optimal assignment holds it) and only the rest goes to the solver: the same counts, faster,
+    but where two assignments tie in cost the solver may pick the other one, so which tag is
+    on-target and which a duplicate can differ. Without it the solver sees exactly the matrix
+    it always saw.
+    """
+    n_t, n_p = d.shape
+    tag_obj = np.full(n_t, -1)
+    ri, ci = np.nonzero(d <= tau)
+    row_deg = np.bincount(ri, minlength=n_t)
+    if not len(ri):
+        return tag_obj, row_deg
+    col_deg = np.bincount(ci, minlength=n_p)
+    if split:
+        alone = (row_deg[ri] == 1) & (col_deg[ci] == 1)
+        tag_obj[ri[alone]] = ci[alone]
+        if alone.all():
+            return tag_obj, row_deg
+        shared = ~alone
+        in_rows = np.zeros(n_t, dtype=bool)
+        in_rows[ri[shared]] = True
+        in_cols = np.zeros(n_p, dtype=bool)
+        in_cols[ci[shared]] = True
+        rows = in_rows.nonzero()[0]
+        cols = in_cols.nonzero()[0]
+    else:
+        rows = (row_deg > 0).nonzero()[0]
+        cols = (col_deg > 0).nonzero()[0]
+    sub_d = d[rows[:, None], cols]
+    sub = np.where(sub_d <= tau, sub_d, _FORBIDDEN)
+    r, c = linear_sum_assignment(sub)
+    ok = sub[r, c] < _FORBIDDEN
+    tag_obj[rows[r[ok]]] = cols[c[ok]]
+    return tag_obj, row_deg
+
+
 def match_tags(
     tags: np.ndarray | list, points: np.ndarray | list, *, tau: float | None = None, tau_scale: float = 1.0
 ) -> Match:
@@ -76,19 +151,9 @@ def match_tags(
     n_t, n_p = len(t), len(p)
     if n_t == 0 or n_p == 0:
         return Match(float(tau), ("phantom",) * n_t, (-1,) * n_t, tuple(range(n_p)), ())
-    d = np.sqrt(((t[:, None, :] - p[None, :, :]) ** 2).sum(-1))
-    allowed = d <= tau
-    tag_obj = np.full(n_t, -1)
-    near_any = allowed.any(1)
-    if near_any.any():
-        # Only rows/cols with at least one allowed pair take part; forbidden pairs get a cost so
-        # large that the solver first maximises the number of allowed matches, then their cost.
-        rows = np.flatnonzero(near_any)
-        cols = np.flatnonzero(allowed.any(0))
-        sub = np.where(allowed[np.ix_(rows, cols)], d[np.ix_(rows, cols)], _FORBIDDEN)
-        r, c = linear_sum_assignment(sub)
-        ok = sub[r, c] < _FORBIDDEN
-        tag_obj[rows[r[ok]]] = cols[c[ok]]
+    d = _distances(t, p)
+    tag_obj, row_deg = _assign(d, tau, split=False)
+    near_any = row_deg > 0
     on = tag_obj >= 0
     label = np.where(on, "on_target", np.where(near_any, "duplicate", "phantom")).tolist()
     matched = np.zeros(n_p, dtype=bool)
@@ -97,3 +162,41 @@ def match_tags(
     dists = tuple(d[np.flatnonzero(on), tag_obj[on]].tolist())
     obj = tag_obj.tolist()
     return Match(float(tau), tuple(label), tuple(obj), omitted, dists)
+
+
+@dataclass(frozen=True)
+class MatchCounts:
+    """The counts of one matching (what the audit tables need) and its on-target distances."""
+
+    on_target: int
+    duplicate: int
+    phantom: int
+    omission: int
+    distances: tuple[float, ...]
+
+
+def match_counts(
+    tags: np.ndarray | list, points: np.ndarray | list, taus: Sequence[float]
+) -> list[MatchCounts]:
+    """``match_tags`` counts at several thresholds over one distance matrix (the audit's tau and
+    its sensitivity scales).
+
+    Entry 0 is ``match_tags(tags, points, tau=taus[0])`` exactly (its on-target distances in
+    tag order); the other entries have the same counts as ``match_tags`` at their tau, found by
+    the faster split assignment (``_assign``), and are meant for their counts.
+    """
+    t = np.asarray(tags, dtype=float).reshape(-1, 2)
+    p = np.asarray(points, dtype=float).reshape(-1, 2)
+    n_t, n_p = len(t), len(p)
+    if n_t == 0 or n_p == 0:
+        return [MatchCounts(0, 0, n_t, n_p, ()) for _ in taus]
+    d = _distances(t, p)
+    out = []
+    for i, tau in enumerate(taus):
+        tag_obj, row_deg = _assign(d, tau, split=i > 0)
+        on_idx = (tag_obj >= 0).nonzero()[0]
+        on = len(on_idx)
+        near = int(np.count_nonzero(row_deg))
+        dists = tuple(d[on_idx, tag_obj[on_idx]].tolist())
+        out.append(MatchCounts(on, near - on, n_t - near, n_p - on, dists))
+    return out
