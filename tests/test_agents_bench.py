@@ -11,6 +11,7 @@ pytest.importorskip("litellm")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:.*ReadOnly.*:UserWarning")
 def test_bench_harness_smoke() -> None:
     from bench_harness import bench_harness

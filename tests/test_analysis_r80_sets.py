@@ -110,6 +110,7 @@ def test_pointing_error_pooled_over_dotarrays_and_fsc147() -> None:
     assert 1.0 <= lo <= 3.0 <= hi <= 20.0
 
 
+@pytest.mark.slow
 def test_audit_writes_r80_and_capacity_tables(tmp_path) -> None:
     from countgym.analysis import write_audit_files
 
