@@ -376,12 +376,13 @@ def cardinality_heatmap(
     """Heatmap of EM or coverage (%) by true count x model (Figures 3-4); returns the Figure."""
     plt = _plt()
     m = cardinality_matrix(df, metric=metric, by=by, **cols)
+    # At most REPORT_WIDTH_IN wide: 26 cardinalities fit a 1400 px page at 100 dpi.
     fig, ax = plt.subplots(
-        figsize=(max(6.0, 0.42 * m.shape[1] + 2), max(2.0, 0.42 * m.shape[0] + 1.2))
+        figsize=(min(REPORT_WIDTH_IN, max(6.0, 0.42 * m.shape[1] + 2)), max(2.0, 0.42 * m.shape[0] + 1.2))
     )
     im = ax.imshow(m.to_numpy(dtype=float), vmin=0, vmax=100, cmap="viridis", aspect="auto")
-    ax.set_xticks(range(m.shape[1]), [str(c) for c in m.columns], fontsize=7)
-    ax.set_yticks(range(m.shape[0]), [str(r) for r in m.index], fontsize=8)
+    ax.set_xticks(range(m.shape[1]), [str(c) for c in m.columns], fontsize=8)
+    ax.set_yticks(range(m.shape[0]), [str(r) for r in m.index], fontsize=9)
     for i in range(m.shape[0]):
         for j in range(m.shape[1]):
             v = m.iat[i, j]
@@ -392,7 +393,7 @@ def cardinality_heatmap(
                     f"{v:.0f}",
                     ha="center",
                     va="center",
-                    fontsize=6,
+                    fontsize=8,
                     color="white" if v < 60 else "black",
                 )
     ax.set_xlabel("ground-truth count")
@@ -433,10 +434,9 @@ def prediction_histogram(
                 hatch="//",
                 label=f"max deficit -{dfc.amount} at {dfc.value}",
             )
-        ax.legend(fontsize=8, loc="upper right")
-    if truth_values is not None:
-        ax.set_xticks(sorted(set(truth_values)))
-        ax.tick_params(axis="x", labelsize=6)
+        if ax.get_legend_handles_labels()[1]:
+            ax.legend(fontsize=8, loc="upper right")
+    _count_ticks(ax, counts, truth_values)
     ax.set_xlabel("predicted count")
     ax.set_ylabel("predictions")
     ax.set_title(title)
@@ -444,10 +444,39 @@ def prediction_histogram(
     return fig
 
 
+def _count_ticks(ax: Any, counts: dict[int, int], truth_values: Iterable[int] | None) -> None:
+    """x ticks of a prediction histogram: the benchmark cardinalities when they are at least
+    ~2 label widths apart on the axis, else evenly spaced integers (outlying predictions such as
+    222 would otherwise squeeze 26 labels into one illegible block)."""
+    from matplotlib.ticker import MaxNLocator
+
+    ticks = sorted(set(truth_values or ()))
+    lo = min([*ticks, *counts] or [0])
+    hi = max([*ticks, *counts] or [1])
+    ax.set_xlim(lo - 1, hi + 1)
+    width_px = ax.get_position().width * ax.figure.get_figwidth() * 100
+    gap = min((b - a for a, b in zip(ticks, ticks[1:], strict=False)), default=hi - lo + 2)
+    if ticks and gap * width_px / (hi - lo + 2) >= MIN_TICK_GAP_PX:
+        ax.set_xticks(ticks)
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=16, integer=True))
+    ax.tick_params(axis="x", labelsize=8)
+
+
+REPORT_WIDTH_IN = 13.0
+"""Widest figure (inches); at ``REPORT_DPI`` it fits the report's 1400 px layout."""
+REPORT_DPI = 100
+MIN_TICK_GAP_PX = 18.0
+"""Smallest distance between two x tick labels of a histogram (pixels at ``REPORT_DPI``)."""
+
+
 def save_figure(fig: Any, path: str | Path, *, dpi: int = 150) -> Path:
-    """Write a figure as PNG (or by the path's suffix) and close it."""
+    """Write a figure as PNG (or by the path's suffix) and close it; the resolution is lowered
+    when needed so the image is at most ``REPORT_WIDTH_IN * REPORT_DPI`` pixels wide (the
+    report shows it unscaled, so its labels stay readable)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    dpi = min(dpi, REPORT_WIDTH_IN * REPORT_DPI / fig.get_figwidth())
     fig.savefig(path, dpi=dpi)
     _plt().close(fig)
     return path

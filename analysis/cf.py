@@ -348,21 +348,26 @@ def plot_by_cf_count(frame: pd.DataFrame, *, seed: int = 0) -> Any:
     return _bars(s, "cf_bin", [("cf_accuracy", "CF acc."), ("bias_rate", "bias rate")], "CounterCount by CF count")
 
 
+METRIC_COLOURS: dict[str, str] = {"factual_accuracy": "#4c72b0", "cf_accuracy": "#55a868", "bias_rate": "#c44e52"}
+"""One colour per metric across the CounterCount figures."""
+
+
 def _bars(scores: pd.DataFrame, label: str, metrics: list[tuple[str, str]], title: str) -> Any:
     from matplotlib.figure import Figure
 
     n = len(scores)
-    fig = Figure(figsize=(max(5.0, 0.75 * n + 2.5), 3.6), dpi=100)
+    # At most 13 in at 100 dpi: the report's 1400 px layout shows it unscaled.
+    fig = Figure(figsize=(min(13.0, max(6.0, 0.7 * n + 2.5)), 3.8), dpi=100)
     ax = fig.add_subplot(1, 1, 1)
     width = 0.8 / len(metrics)
     x = np.arange(n)
-    colours = ("#4c72b0", "#55a868", "#c44e52")
     for k, (col, name) in enumerate(metrics):
         est = scores[col].to_numpy(dtype=float)
         err = np.vstack([est - scores[f"{col}_low"].to_numpy(dtype=float), scores[f"{col}_high"].to_numpy(dtype=float) - est])
         ax.bar(x + (k - (len(metrics) - 1) / 2) * width, np.nan_to_num(est), width, yerr=np.nan_to_num(np.abs(err)),
-               label=name, color=colours[k % len(colours)], capsize=2)
-    ax.set_xticks(x, [str(v) for v in scores[label]], rotation=35, ha="right", fontsize=8)
+               label=name, color=METRIC_COLOURS.get(col, "#8172b2"), capsize=2)
+    ax.set_xticks(x, [str(v) for v in scores[label]], rotation=35 if n > 6 else 0, ha="right" if n > 6 else "center",
+                  fontsize=9)
     ax.set_ylim(0, 1.2)  # headroom for the legend above the bars
     ax.set_ylabel("rate")
     ax.set_title(title, fontsize=10)

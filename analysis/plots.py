@@ -23,6 +23,8 @@ MAX_PANELS = 24
 """Accuracy-vs-n panels drawn at most (one per dataset and model)."""
 MAX_ROWS = 40
 """Rows (arms, contrasts) drawn at most per bar/forest chart."""
+LABEL_PT = 8
+"""Smallest text (tick labels, legends) in points: 11 px at the report's 100 dpi."""
 _COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
            "#7f7f7f", "#bcbd22", "#17becf")  # fmt: skip
 AUDIT_COLORS = {"on_target": "#2ca02c", "duplicate": "#ff7f0e", "phantom": "#d62728",
@@ -65,7 +67,8 @@ def accuracy_vs_n(
         return None
     panels = list(curve.groupby(["dataset", "model"], sort=True))[:MAX_PANELS]
     rows, cols = _grid(len(panels))
-    fig = Figure(figsize=(5.2 * cols, 3.6 * rows), layout="constrained")
+    # At most 13 in wide (1300 px at 100 dpi): the report's 1400 px layout shows it unscaled.
+    fig = Figure(figsize=(max(8.0, min(5.2, 13.0 / cols) * cols), 3.6 * rows), layout="constrained")
     colors = arm_colors(curve["arm"])
     axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).ravel()
     for ax, ((ds, model), g) in zip(axes, panels, strict=False):
@@ -93,7 +96,7 @@ def accuracy_vs_n(
         ax.set_title(group_label(short_dataset(ds), model), fontsize=10)
         ax.set_xlabel("true count n")
         ax.set_ylabel("exact accuracy")
-        ax.legend(fontsize=7, loc="lower left")
+        ax.legend(fontsize=LABEL_PT, loc="lower left")
     for ax in axes[len(panels):]:
         ax.set_visible(False)
     return fig
@@ -148,7 +151,7 @@ def capacity_profile(summary: pd.DataFrame, contrasts: pd.DataFrame) -> Figure |
     if len(models) > 1:
         handles += [Line2D([], [], color="black", marker=markers[m], ls="", label=f"model: {m}")
                     for m in models]  # fmt: skip
-    ax1.legend(handles=handles, fontsize=7, loc="best")
+    ax1.legend(handles=handles, fontsize=LABEL_PT, loc="best")
     ax1.set_xlabel("pointing error (thousandths of the shorter side)")
     if have_gain:
         ax1.axhline(0, color="black", lw=0.6)
@@ -162,10 +165,10 @@ def capacity_profile(summary: pd.DataFrame, contrasts: pd.DataFrame) -> Figure |
         v = np.nan_to_num(audited[f"{lab}_per100"].to_numpy(dtype=float))
         ax2.barh(y, v, left=left, color=AUDIT_COLORS[lab], label=lab)
         left += v
-    ax2.set_yticks(y, audited["label"].tolist(), fontsize=7)
+    ax2.set_yticks(y, audited["label"].tolist(), fontsize=LABEL_PT)
     ax2.invert_yaxis()
     ax2.set_xlabel("errors per 100 ground-truth objects")
-    ax2.legend(fontsize=7, loc="lower right")
+    ax2.legend(fontsize=LABEL_PT, loc="lower right")
     ax2.set_title("error mix", fontsize=10)
     return fig
 
@@ -187,7 +190,7 @@ def arm_comparison(summary: pd.DataFrame, contrasts: pd.DataFrame) -> Figure | N
         lo = r.em - r.em_ci_low if np.isfinite(r.em_ci_low) else 0
         hi = r.em_ci_high - r.em if np.isfinite(r.em_ci_high) else 0
         ax1.errorbar([r.em], [i], xerr=[[lo], [hi]], fmt="o", color=colors[str(r.arm)], capsize=3)
-    ax1.set_yticks(y, _row_labels(s), fontsize=7)
+    ax1.set_yticks(y, _row_labels(s), fontsize=LABEL_PT)
     ax1.invert_yaxis()
     ax1.set_xlim(-0.03, 1.03)
     ax1.set_xlabel("exact accuracy (95 % bootstrap CI)")
@@ -205,7 +208,7 @@ def arm_comparison(summary: pd.DataFrame, contrasts: pd.DataFrame) -> Figure | N
     ax2.axvline(0, color="black", lw=0.6)
     multi_model = em["model"].nunique() > 1
     ax2.set_yticks(y2, [group_label(m if multi_model else "", f"{b} − {a}") for m, a, b in
-                        zip(em["model"], em["arm_a"], em["arm_b"], strict=True)], fontsize=7)  # fmt: skip
+                        zip(em["model"], em["arm_a"], em["arm_b"], strict=True)], fontsize=LABEL_PT)  # fmt: skip
     ax2.invert_yaxis()
     ax2.set_xlabel("EM difference b − a (95 % paired bootstrap CI; filled = CI-solid)")
     ax2.set_title("paired contrasts", fontsize=10)
@@ -238,5 +241,5 @@ def tau_sensitivity(
         ax.set_xlabel("tau scale")
         ax.set_xticks(scales)
     axes[0].set_ylabel("per 100 objects")
-    axes[-1].legend(fontsize=6, loc="best")
+    axes[-1].legend(fontsize=LABEL_PT, loc="best")
     return fig

@@ -14,6 +14,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -121,13 +122,17 @@ def html_table(
     numeric: Sequence[str] = (),
 ) -> str:
     """A table whose every cell is escaped; ``columns`` = (header, column name or cell function)."""
-    head = "".join(f"<th>{esc(h)}</th>" for h, _ in columns)
+    # Long snake_case headers may break after an underscore (the table must fit the page).
+    head = "".join(f"<th>{esc(h).replace('_', '_<wbr>')}</th>" for h, _ in columns)
     body = []
     for row in df.to_dict("records"):
         cells = []
         for h, c in columns:
             text = c(row) if callable(c) else fmt_num(row.get(c), _digits(c))
-            cls = ' class="num"' if h in numeric or not callable(c) and _is_num(row.get(c)) else ""
+            if h in numeric or not callable(c) and _is_num(row.get(c)):
+                cls = ' class="num"'
+            else:
+                cls = ' class="long"' if len(text) > LONG_CELL else ""
             cells.append(f"<td{cls}>{esc(text)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     tid = f' id="{esc(table_id)}"' if table_id else ""
@@ -135,6 +140,10 @@ def html_table(
         f'<div class="table-wrap"><table{tid}><thead><tr>{head}</tr></thead>'
         f"<tbody>{''.join(body)}</tbody></table></div>"
     )
+
+
+LONG_CELL = 28
+"""Text cells longer than this many characters may wrap (lists of values, long labels)."""
 
 
 def _is_num(v: object) -> bool:
@@ -159,51 +168,114 @@ def generic_table(df: pd.DataFrame, *, short: Sequence[str] = ("dataset", "datas
     return html_table(df, cols, table_id=table_id)
 
 
+CI_SUFFIXES: tuple[tuple[str, str], ...] = (("_ci_low", "_ci_high"), ("_low", "_high"))
+"""Column-name pairs that hold a column's 95 % interval (``em_ci_low``; ``bias_rate_low``)."""
+
+
+def ci_table(
+    df: pd.DataFrame,
+    *,
+    labels: Mapping[str, str] | None = None,
+    digits: int = 2,
+    table_id: str | None = None,
+) -> str:
+    """A table in the Summary's format: every column ``X`` that has ``X_low``/``X_high`` (or
+    ``X_ci_low``/``X_ci_high``) siblings becomes one ``X [95% CI]`` cell, ``value [low, high]``;
+    the other columns are shown as in ``generic_table``. ``labels`` renames headers (the CI
+    suffix is added to renamed CI columns too)."""
+    labels = dict(labels or {})
+    bounds: set[str] = set()
+    intervals: dict[str, tuple[str, str]] = {}
+    for c in df.columns:
+        for lo_suf, hi_suf in CI_SUFFIXES:
+            lo, hi = f"{c}{lo_suf}", f"{c}{hi_suf}"
+            if lo in df.columns and hi in df.columns:
+                intervals[c] = (lo, hi)
+                bounds.update((lo, hi))
+                break
+    cols: list[tuple[str, Cell | str]] = []
+    numeric: list[str] = []
+    for c in df.columns:
+        if c in bounds:
+            continue
+        head = labels.get(c, c)
+        if c in intervals:
+            lo, hi = intervals[c]
+            head = f"{head} [95% CI]"
+            cols.append((head, lambda r, c=c, lo=lo, hi=hi: fmt_ci(r.get(c), r.get(lo), r.get(hi), digits)))
+            numeric.append(head)
+        elif c in ("dataset", "dataset_transformed"):
+            cols.append((head, lambda r, c=c: short_dataset(r.get(c))))
+        else:
+            cols.append((head, c))
+    return html_table(df, cols, table_id=table_id, numeric=numeric)
+
+
 # --- sections -----------------------------------------------------------------------------------
 
 
+SUMMARY_KEYS: list[tuple[str, Cell | str]] = [
+    ("dataset", lambda r: short_dataset(r["dataset"]) if "dataset" in r else ""),
+    ("set", lambda r: "" if _missing(r.get("set")) else str(r.get("set"))),
+    ("model", "model"),
+    ("arm", "arm"),
+]
+SUMMARY_COUNTING: list[tuple[str, Cell | str]] = [
+    ("episodes", "n_episodes"),
+    ("EM [95% CI]", lambda r: fmt_ci(r["em"], r["em_ci_low"], r["em_ci_high"])),
+    ("Acc@10%", "acc10"),
+    ("MAE [95% CI]", lambda r: fmt_ci(r["mae"], r["mae_ci_low"], r["mae_ci_high"])),
+    ("coverage", "coverage"),
+    ("R80 [95% CI]", fmt_r80),
+    ("|S|", "support_size"),
+    ("PP", "prediction_perplexity"),
+]
+SUMMARY_AUDIT: list[tuple[str, Cell | str]] = [
+    ("audited", "n_audited"),
+    ("on-target", "on_target_per100"),
+    ("duplicate", "duplicate_per100"),
+    ("phantom", "phantom_per100"),
+    ("omission", "omission_per100"),
+    ("card. cons.", "cardinality_consistency"),
+    ("pointing err.", "pointing_error"),
+    ("revision", "revision_rate"),
+]
+"""The Summary's columns: the counting table for every row, the point-level audit table for
+the rows with audited tags (two tables, so each fits the 1400 px layout)."""
+
+
+def _present(cols: list[tuple[str, Cell | str]], df: pd.DataFrame) -> list[tuple[str, Cell | str]]:
+    return [c for c in cols if callable(c[1]) or c[1] in df.columns]
+
+
 def summary_section(summary: pd.DataFrame) -> str:
-    cols: list[tuple[str, Cell | str]] = [
-        ("dataset", lambda r: short_dataset(r["dataset"]) if "dataset" in r else ""),
-        ("set", lambda r: "" if _missing(r.get("set")) else str(r.get("set"))),
-        ("model", "model"),
-        ("arm", "arm"),
-        ("episodes", "n_episodes"),
-        ("EM [95% CI]", lambda r: fmt_ci(r["em"], r["em_ci_low"], r["em_ci_high"])),
-        ("Acc@10%", "acc10"),
-        ("MAE [95% CI]", lambda r: fmt_ci(r["mae"], r["mae_ci_low"], r["mae_ci_high"])),
-        ("coverage", "coverage"),
-        ("R80 [95% CI]", fmt_r80),
-        ("|S|", "support_size"),
-        ("PP", "prediction_perplexity"),
-        ("on-target", "on_target_per100"),
-        ("duplicate", "duplicate_per100"),
-        ("phantom", "phantom_per100"),
-        ("omission", "omission_per100"),
-        ("card. cons.", "cardinality_consistency"),
-        ("pointing err.", "pointing_error"),
-        ("revision", "revision_rate"),
-    ]
-    cols = [c for c in cols if callable(c[1]) or c[1] in summary.columns]
+    counting = html_table(summary, _present(SUMMARY_KEYS + SUMMARY_COUNTING, summary), table_id="summary-table")
+    audited = summary[summary["n_audited"] > 0] if "n_audited" in summary.columns else summary.iloc[:0]
+    audit = ""
+    if len(audited):
+        audit = (
+            '<h3 id="summary-audit">Point-level audit</h3><p class="note">The rows whose '
+            "episodes placed tags on stimuli with ground-truth points (audited = episodes "
+            "audited). Rates per 100 ground-truth objects; pointing error in thousandths of the "
+            "shorter image side; card. cons. = announced count equals the number of tags; "
+            "revision = share of tagging trajectories with a second tag call.</p>"
+            + html_table(audited, _present(SUMMARY_KEYS + SUMMARY_AUDIT, audited), table_id="summary-audit-table")
+        )
     return (
         '<section id="summary"><h2>Summary</h2>'
         "<p class=\"note\">One row per dataset, arm and model; a dataset holding several "
         "stimulus sets (the full DotArrays battery: main and factor sets) gets its pooled row "
         "(set: all) and one row per set. EM = exact match (unanswered = "
         "wrong); MAE over answered items; R80 = counting range fitted on the main battery only "
-        "(≥: right-censored, still at or above 80 % at the largest n); |S| = support size, PP = prediction perplexity 2^H. "
-        "Audit rates per 100 ground-truth objects; pointing error in thousandths of the "
-        "shorter image side; card. cons. = announced count equals the number of tags; revision "
-        "= share of tagging trajectories with a second tag call.</p>"
-        + html_table(summary, cols, table_id="summary-table")
-        + "</section>"
+        "(≥: right-censored, still at or above 80 % at the largest n); |S| = support size, "
+        "PP = prediction perplexity 2^H.</p>" + counting + audit + "</section>"
     )
 
 
 def contrasts_section(contrasts: pd.DataFrame) -> str:
     if contrasts.empty:
         return (
-            '<section id="contrasts"><h2>Arm contrasts</h2><p class="note">No paired contrasts: '
+            '<section id="contrasts" data-nav="Contrasts"><h2>Arm contrasts</h2><p class="note">No paired contrasts: '
             "they need two arms of one model on the same stimuli and repeats.</p></section>"
         )
     cols: list[tuple[str, Cell | str]] = [
@@ -220,7 +292,7 @@ def contrasts_section(contrasts: pd.DataFrame) -> str:
         ("CI-solid", lambda r: "yes" if r["ci_solid"] else "no"),
     ]
     return (
-        '<section id="contrasts"><h2>Arm contrasts</h2><p class="note">Paired over the same '
+        '<section id="contrasts" data-nav="Contrasts"><h2>Arm contrasts</h2><p class="note">Paired over the same '
         "stimulus and repeat; 95 % percentile bootstrap over images. CI-solid: the interval "
         "excludes zero. MAE differences use the pairs where both arms answered.</p>"
         + html_table(contrasts, cols, table_id="contrasts-table")
@@ -279,7 +351,7 @@ def principles_section(principles: Mapping[str, pd.DataFrame]) -> str:
             "these logs (they need tagging trajectories, order or perturbation arms, a direct "
             "arm, transformed stimuli or lattice stimuli).</p></section>"
         )
-    parts = ['<section id="principles"><h2>Principle tests and controls</h2>']
+    parts = ['<section id="principles" data-nav="Principle tests"><h2>Principle tests and controls</h2>']
     for name, df in principles.items():
         title, text = PRINCIPLE_TEXT.get(name, (name, ""))
         parts.append(
@@ -326,18 +398,27 @@ def capacity_table_html(capacity: pd.DataFrame) -> str:
     )
 
 
+def figure_html(png: bytes, caption: str, file: str) -> str:
+    """One embedded figure, scaled down to the page width when wider, with its file name."""
+    return (
+        f'<figure class="plot"><img src="{png_uri(png)}" alt="{esc(caption)}">'
+        f'<figcaption>{esc(caption)} <span class="file">{esc(file)}</span></figcaption></figure>'
+    )
+
+
+def section_open(anchor: str, title: str, nav: str | None = None) -> str:
+    """A section's opening tag and heading; ``nav`` is its (shorter) label in the navigation."""
+    label = f' data-nav="{esc(nav)}"' if nav else ""
+    return f'<section id="{esc(anchor)}"{label}><h2>{esc(title)}</h2>'
+
+
 def figures_section(
-    figures: Sequence[ReportFigure], anchor: str, title: str, lead: str = ""
+    figures: Sequence[ReportFigure], anchor: str, title: str, lead: str = "", nav: str | None = None
 ) -> str:
     if not figures and not lead:
         return ""
-    body = lead + "".join(
-        f'<figure class="plot"><img src="{png_uri(f.png)}" alt="{esc(f.caption)}">'
-        f"<figcaption>{esc(f.caption)} <span class=\"file\">figures/{esc(f.name)}.png</span>"
-        "</figcaption></figure>"
-        for f in figures
-    )
-    return f'<section id="{esc(anchor)}"><h2>{esc(title)}</h2>{body}</section>'
+    body = lead + "".join(figure_html(f.png, f.caption, f"figures/{f.name}.png") for f in figures)
+    return f"{section_open(anchor, title, nav)}{body}</section>"
 
 
 def viewer_section(viewer: ViewerData | None) -> str:
@@ -391,9 +472,13 @@ VIEWER_JS = r"""
     return e;
   }
   function val(v) { return v === null || v === undefined ? "none" : String(v); }
+  // The model is named only when the episodes come from several: the list stays narrow.
+  var models = {};
+  eps.forEach(function (e) { models[e.model] = true; });
+  var multiModel = Object.keys(models).length > 1;
   function label(e, i) {
-    return (i + 1) + ". " + e.model + " · " + e.arm + " · " + e.stimulus + " r" + e.repeat +
-      " — n=" + val(e.n_true) + ", answer=" + val(e.answer);
+    return (i + 1) + ". " + (multiModel ? e.model + " · " : "") + e.arm + " · " + e.stimulus +
+      " r" + e.repeat + " — n=" + val(e.n_true) + ", answer=" + val(e.answer);
   }
   function fill() {
     var q = search.value.toLowerCase();
@@ -401,7 +486,7 @@ VIEWER_JS = r"""
     sel.textContent = "";
     eps.forEach(function (e, i) {
       var t = label(e, i);
-      var hay = (t + " " + e.id + " " + e.dataset).toLowerCase();
+      var hay = (t + " " + e.id + " " + e.model + " " + e.dataset).toLowerCase();
       if (q && hay.indexOf(q) < 0) { return; }
       var o = el("option", null, t);
       o.value = String(i);
@@ -508,16 +593,20 @@ h3 { font-size: 15px; margin: 20px 0 4px; }
 nav a { margin-right: 14px; color: var(--accent); text-decoration: none; }
 .note { color: var(--muted); margin: 4px 0 10px; max-width: 1100px; }
 .file { color: var(--muted); font-weight: normal; font-size: 12px; font-family: ui-monospace, monospace; }
-.table-wrap { overflow: auto; max-height: 520px; border: 1px solid var(--line); border-radius: 4px; }
-table { border-collapse: collapse; font-size: 12.5px; width: max-content; min-width: 100%; }
-th, td { padding: 4px 8px; border-bottom: 1px solid var(--line); text-align: left; white-space: nowrap; }
-th { position: sticky; top: 0; background: #e9eef5; z-index: 1; }
+.table-wrap { overflow: auto; max-height: 560px; border: 1px solid var(--line); border-radius: 4px; }
+/* Tables fit the page: headers and long text cells wrap, numbers and "value [CI]" cells do not. */
+table { border-collapse: collapse; font-size: 12px; width: 100%; }
+th, td { padding: 3px 6px; border-bottom: 1px solid var(--line); text-align: left; }
+th { position: sticky; top: 0; background: #e9eef5; z-index: 1; vertical-align: bottom; }
+td { white-space: nowrap; }
+td.long { white-space: normal; overflow-wrap: anywhere; min-width: 10em; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 tbody tr:nth-child(even) { background: var(--alt); }
 figure.plot { margin: 12px 0 22px; }
-figure.plot img { max-width: 100%; border: 1px solid var(--line); }
+main img { max-width: 100%; height: auto; }
+figure.plot img { border: 1px solid var(--line); }
 figcaption { color: var(--muted); font-size: 12.5px; }
-.viewer { display: grid; grid-template-columns: 340px 1fr; gap: 16px; align-items: start; }
+.viewer { display: grid; grid-template-columns: 400px minmax(0, 1fr); gap: 16px; align-items: start; }
 .viewer-list { position: sticky; top: 8px; }
 .viewer-list input, .viewer-list select { width: 100%; font: inherit; font-size: 12.5px; }
 .viewer-list select { margin-top: 6px; }
@@ -543,6 +632,30 @@ footer { max-width: 1400px; margin: 30px auto; padding: 10px 24px; color: var(--
 """
 
 
+def display_title(title: str) -> str:
+    """A report title for display: a run folder's path shows as its name (``/a/b/runs`` ->
+    ``runs``), so no absolute path of the machine that wrote the report appears in it."""
+    text = str(title).strip()
+    if "/" in text or "\\" in text:
+        text = re.split(r"[\\/]", text.rstrip("/\\"))[-1]
+    return text or "countgym audit report"
+
+
+_SECTION_RE = re.compile(r'<section id="([^"]+)"(?: data-nav="([^"]*)")?>\s*<h2>(.*?)</h2>', re.DOTALL)
+
+
+def nav_links(sections: Sequence[str]) -> list[tuple[str, str]]:
+    """(anchor, label) of every section in ``sections``, in page order: the ``data-nav``
+    label when the section has one, else its heading. Built from the rendered sections, so
+    the navigation lists exactly the sections present."""
+    links = []
+    for part in sections:
+        for anchor, short, heading in _SECTION_RE.findall(part):
+            label = short or re.sub(r"<[^>]+>", "", heading)
+            links.append((anchor, html.unescape(label)))
+    return links
+
+
 def render_report(
     tables: AuditTables,
     *,
@@ -555,14 +668,26 @@ def render_report(
     """The report as one HTML string. ``figures`` maps a section (``range``, ``arms``,
     ``capacity``) to its figures; ``provenance`` lists facts shown in the header."""
     facts = " · ".join(f"{esc(k)}: <b>{esc(v)}</b>" for k, v in provenance.items())
-    nav = "".join(
-        f'<a href="#{a}">{esc(t)}</a>'
-        for a, t in (
-            ("summary", "Summary"), ("range", "Counting range"), ("contrasts", "Contrasts"),
-            ("arms", "Arms"), ("capacity", "Capacity profile"), ("principles", "Principle tests"),
-            ("viewer", "Trajectory viewer"),
-        )
-    )  # fmt: skip
+    title = display_title(title)
+    sections = [
+        s for s in (
+            summary_section(tables.summary),
+            figures_section(
+                figures.get("range", ()), "range", "Counting range (accuracy vs n)",
+                range_table(tables.counting_range), nav="Counting range",
+            ),
+            contrasts_section(tables.contrasts),
+            figures_section(figures.get("arms", ()), "arms", "Arm comparison", nav="Arms"),
+            figures_section(
+                figures.get("capacity", ()), "capacity", "Capacity profile",
+                capacity_table_html(tables.capacity),
+            ),
+            principles_section(tables.principles),
+            *extra_sections,
+            viewer_section(viewer),
+        ) if s
+    ]  # fmt: skip
+    nav = "".join(f'<a href="#{esc(a)}">{esc(t)}</a>' for a, t in nav_links(sections))
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -570,20 +695,7 @@ def render_report(
         f"<title>{esc(title)}</title><style>{CSS}</style></head><body>",
         f'<header><h1>{esc(title)}</h1><p class="note">{facts}</p><nav>{nav}</nav></header>',
         "<main>",
-        summary_section(tables.summary),
-        figures_section(
-            figures.get("range", ()), "range", "Counting range (accuracy vs n)",
-            range_table(tables.counting_range),
-        ),
-        contrasts_section(tables.contrasts),
-        figures_section(figures.get("arms", ()), "arms", "Arm comparison"),
-        figures_section(
-            figures.get("capacity", ()), "capacity", "Capacity profile",
-            capacity_table_html(tables.capacity),
-        ),
-        principles_section(tables.principles),
-        *extra_sections,
-        viewer_section(viewer),
+        *sections,
         "</main>",
         '<footer>Self-contained report written by <code>countgym audit</code>: the tables are '
         "also in the audit folder as CSV, the figures as PNG.</footer>",

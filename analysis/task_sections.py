@@ -12,10 +12,38 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from countgym.analysis.report import esc, generic_table, png_uri
+from countgym.analysis.report import ci_table, esc, figure_html, section_open
 from countgym.logs import EpisodeRecord
+
+COLUMN_LABELS: dict[str, str] = {
+    "factual_accuracy": "factual acc.",
+    "cf_accuracy": "CF acc.",
+    "bias_rate": "bias rate",
+    "other_error_rate": "other error",
+    "no_answer_rate": "no answer",
+    "accuracy_delta": "accuracy Δ",
+    "bias_rate_delta": "bias rate Δ",
+    "n_factual": "factual items",
+    "n_cf": "CF items",
+    "n_pairs": "pairs",
+    "cf_bin": "CF count",
+    "exact_match": "EM",
+    "acc10": "Acc@10%",
+    "mae": "MAE",
+    "rmse": "RMSE",
+    "n_items": "items",
+    "support_size": "|S|",
+    "perplexity": "PP",
+    "preferred_values": "preferred values",
+    "max_local_excess": "max excess",
+    "max_local_excess_value": "excess at",
+    "max_local_deficit": "max deficit",
+    "max_local_deficit_value": "deficit at",
+}
+"""Report headers of the task tables (the CSVs keep the column names)."""
 
 
 def task_of_record(record: EpisodeRecord) -> str:
@@ -23,19 +51,53 @@ def task_of_record(record: EpisodeRecord) -> str:
     return str(record.env_options.get("task", "image"))
 
 
-def _section(anchor: str, title: str, note: str, tables: dict[str, pd.DataFrame], figures: Sequence[Path]) -> str:
-    parts = [f'<section id="{esc(anchor)}"><h2>{esc(title)}</h2><p class="note">{esc(note)}</p>']
+def _section(
+    anchor: str, title: str, nav: str, note: str, tables: dict[str, pd.DataFrame], figures: Sequence[Path], root: Path
+) -> str:
+    """A task section: its tables in the Summary's ``value [95% CI]`` format, then its figures
+    (captioned with their file in the audit folder)."""
+    parts = [section_open(anchor, title, nav), f'<p class="note">{esc(note)}</p>']
     for name, df in tables.items():
         if df is not None and len(df):
             parts.append(f"<h3>{esc(name)}</h3>")
-            parts.append(generic_table(df))
+            parts.append(ci_table(df, labels=COLUMN_LABELS))
     for fig in figures:
-        parts.append(
-            f'<figure><img alt="{esc(fig.stem)}" src="{png_uri(fig.read_bytes())}"><figcaption>'
-            f"{esc(fig.name)}</figcaption></figure>"
-        )
+        caption = FIGURE_CAPTIONS.get(fig.stem, "")
+        if fig.stem.startswith("predictions_"):
+            caption = ("Predicted counts (Figure 5), titled by model and arm: largest local excess "
+                       "in green, largest local deficit hatched red.")  # fmt: skip
+        parts.append(figure_html(fig.read_bytes(), caption, fig.relative_to(root).as_posix()))
     parts.append("</section>")
     return "\n".join(parts)
+
+
+FIGURE_CAPTIONS: dict[str, str] = {
+    "cf_category": "Factual accuracy, CF accuracy and bias rate by category (95 % CIs).",
+    "cf_intervention": "CF accuracy and bias rate by intervention (95 % CIs).",
+    "cf_count": "CF accuracy and bias rate by CF count (95 % CIs).",
+    "exact_match_by_count": "Exact match (%) by ground-truth count and model (Figures 3-4).",
+    "coverage_by_count": "Coverage (%) by ground-truth count and model (Figures 16-17).",
+}
+"""Captions of the task figures by file stem (prediction histograms are captioned by model)."""
+
+
+def video_scores(df: pd.DataFrame, *, seed: int = 0, n_resamples: int = 2000) -> pd.DataFrame:
+    """EM (unanswered = wrong) and MAE (over answered items) per ``model`` with 95 % percentile
+    bootstrap CIs over the items, as in the Summary."""
+    from countgym.analysis.bootstrap import bootstrap_ratio_ci
+
+    rows = []
+    for name, g in df.groupby("model", sort=True):
+        pred = pd.to_numeric(g["answer"], errors="coerce").to_numpy(dtype=float)
+        truth = g["n_true"].to_numpy(dtype=float)
+        answered = ~np.isnan(pred)
+        hit = answered & (pred == truth)
+        err = np.where(answered, np.abs(np.nan_to_num(pred) - truth), 0.0)
+        em = bootstrap_ratio_ci(hit.astype(float), n_resamples=n_resamples, seed=seed)
+        mae = bootstrap_ratio_ci(err, answered.astype(float), n_resamples=n_resamples, seed=seed)
+        rows.append({"model": name, "exact_match_low": em.low, "exact_match_high": em.high,
+                     "mae_low": mae.low, "mae_high": mae.high})  # fmt: skip
+    return pd.DataFrame(rows, columns=["model", "exact_match_low", "exact_match_high", "mae_low", "mae_high"])
 
 
 _CLASS_ID = re.compile(r"-(red|green|blue|yellow|purple)-(cube|sphere)-", re.IGNORECASE)
@@ -76,6 +138,16 @@ def video_frame(records: Sequence[EpisodeRecord], episodes: pd.DataFrame | None 
     return df
 
 
+def _with_cis(table: pd.DataFrame, cis: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with each ``X_low``/``X_high`` of ``cis`` placed right after its column ``X``."""
+    merged = table.merge(cis, on="model", how="left")
+    order: list[str] = []
+    for c in table.columns:
+        order.append(c)
+        order += [b for b in (f"{c}_low", f"{c}_high") if b in cis.columns]
+    return merged[order]
+
+
 def write_task_sections(
     records: Sequence[EpisodeRecord],
     out: Path,
@@ -104,6 +176,7 @@ def write_task_sections(
             _section(
                 "countercount",
                 "CounterCount: factual and counterfactual attribute counts",
+                "CounterCount",
                 "Accuracy on factual and counterfactual (CF) items; bias rate = share of CF "
                 "answers equal to the canonical count; other error = any other wrong answer. "
                 "95 % bootstrap CIs; paired deltas against the baseline question.",
@@ -114,6 +187,7 @@ def write_task_sections(
                     "interventions (paired deltas)": cf.paired_deltas(frame, seed=seed),
                 },
                 [p for p in written if p.suffix == ".png"],
+                out,
             )
         )
     video = [r for r in records if task_of_record(r) == "video"]
@@ -127,6 +201,7 @@ def write_task_sections(
         df = df[~errored]
         table = bias.bias_table(df)
         table.insert(1, "errors", [int(errors.get(m, 0)) if m != "Oracle" else 0 for m in table["model"]])
+        table = _with_cis(table, video_scores(df, seed=seed))
         vout = out / "countvideo"
         vout.mkdir(parents=True, exist_ok=True)
         table.to_csv(vout / "bias.csv", index=False)
@@ -143,6 +218,7 @@ def write_task_sections(
             _section(
                 "countvideo",
                 "CountVideoBench: accuracy and prediction bias",
+                "CountVideoBench",
                 "EM, Acc@10% (floor rule), MAE/RMSE over answered items, coverage, support size "
                 "|S|, prediction perplexity PP = 2^H (non-answers one extra category), largest "
                 "local excess N_k − max(L_k, R_k) and deficit min(L_k, R_k) − N_k over the "
@@ -151,6 +227,7 @@ def write_task_sections(
                 "values and Top-3 share; an Oracle row. EM by object class as in Appendix F.",
                 tables,
                 figs,
+                out,
             )
         )
     return paths, sections

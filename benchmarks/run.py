@@ -21,6 +21,7 @@ BENCHES: dict[str, tuple[str, str]] = {
     "bootstrap": ("bench_audit", "bench_bootstrap"),
     "write_audit": ("bench_audit", "bench_write_audit"),
     "harness": ("bench_harness", "bench_harness"),
+    "startup": ("bench_startup", "bench_startup"),
     "video": ("bench_video", "bench_video"),
     "ray": ("bench_scale", "bench_ray_vs_local"),
     "memory": ("bench_scale", "bench_memory"),

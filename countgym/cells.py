@@ -20,6 +20,8 @@ import json
 import os
 import re
 import shutil
+import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,7 +48,7 @@ class CellSpec:
     """Keyword arguments for the policy constructor."""
     repeats: int = 1
     limit: int | None = None
-    """Run only the first ``limit`` stimuli of the dataset (manifest order)."""
+    """Run ``limit`` stimuli stratified by true count (``limited_ids``); None: all."""
     seed: int = 0
     env: str = ""
     """Registered environment id; empty: the environment of the dataset's task."""
@@ -79,6 +81,13 @@ class CellSpec:
             opts["tools"] = canonical_tools(opts["tools"])
         return opts
 
+    def stimulus_ids(self, dataset: Any) -> list[str]:
+        """The ids of the dataset's stimuli this cell runs, in manifest order."""
+        stimuli = getattr(dataset, "stimuli", None)
+        if stimuli is None:  # a caller's own dataset class: ids only, so the first ``limit``
+            return dataset.ids()[: self.limit] if self.limit is not None else dataset.ids()
+        return limited_ids(stimuli, self.limit)
+
     def key(self) -> str:
         """Short hash of the options that distinguish cells with the same names."""
         # Credentials are not part of a cell's identity: a rotated key resumes the same cell.
@@ -87,12 +96,97 @@ class CellSpec:
         }
         if self.env:
             payload["env_id"] = self.env  # absent for the dataset's own env: old logs resume
+        folder = folder_of(self.dataset)
+        if folder is not None:
+            # Cell ids name a folder by its name only; two folders of one name stay apart here.
+            payload["folder"] = str(folder)
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:8]
 
     def log_name(self) -> str:
         """File name of the cell's log."""
         model = self.model or self.agent
-        return f"{_slug(self.dataset)}__{_slug(self.agent)}__{_slug(model)}__{self.key()}.jsonl"
+        return f"{_slug(dataset_label(self.dataset))}__{_slug(self.agent)}__{_slug(model)}__{self.key()}.jsonl"
+
+
+def _split_folder(dataset: str) -> tuple[str, str]:
+    """``"/data/cc:common+rot180"`` -> ``("/data/cc", ":common+rot180")``; no suffix -> ""."""
+    from countgym.scenes.transforms import TRANSFORMS
+
+    text = str(dataset)
+    m = re.search(rf"(:[A-Za-z0-9_-]+)?(\+(?:{'|'.join(map(re.escape, TRANSFORMS))}))?$", text)
+    suffix = m.group(0) if m else ""
+    base = text[: len(text) - len(suffix)] if suffix else text
+    return (base, suffix) if base else (text, "")
+
+
+def folder_of(dataset: str) -> Path | None:
+    """The absolute folder a dataset names, or None for a registry name (battery, photo set)."""
+    base, _ = _split_folder(dataset)
+    path = Path(base).expanduser()
+    if "/" in base or "\\" in base or base.startswith((".", "~")):
+        return path.resolve()
+    if path.is_dir() and base.lower() not in _registry_names():  # registry names come first
+        return path.resolve()
+    return None
+
+
+def _registry_names() -> set[str]:
+    from countgym.scenes.batteries import BATTERIES, OTHER_BATTERIES
+    from countgym.scenes.photos.resolve import PHOTO_SETS
+
+    return {*BATTERIES, *OTHER_BATTERIES, *(a for p in PHOTO_SETS.values() for a in (p.name, *p.aliases))}
+
+
+def dataset_label(dataset: str) -> str:
+    """A dataset's name for cell ids and titles: a folder's own name (never its path) with any
+    ``:subset`` and ``+transform``; registry names unchanged."""
+    base, suffix = _split_folder(dataset)
+    if folder_of(dataset) is None:
+        return str(dataset)
+    return (Path(base).expanduser().resolve().name or base) + suffix
+
+
+def limited_ids(stimuli: Sequence[Any], limit: int | None) -> list[str]:
+    """``limit`` stimulus ids stratified by true count, in manifest order (all when ``limit`` is
+    None or not smaller than the dataset).
+
+    The rule of the named subsets (``dotarrays:common``): the count levels share the limit
+    equally, the remainder going to evenly spaced levels (``level_quotas``); a level with fewer
+    stimuli than its share gives them all and the rest is shared again among the other levels.
+    Inside a level the picks are spread evenly over its stimuli in manifest order. Stimuli of
+    one pair (``meta.pair_id``: CounterCount's factual and counterfactual image) are taken
+    together, at the level of the pair's counterfactual count, so a paired dataset runs whole
+    pairs (K or K + 1 stimuli). Deterministic: the same manifest and limit give the same ids.
+    """
+    ids = [s.id for s in stimuli]
+    if limit is None or limit >= len(ids):
+        return ids
+    from countgym.scenes.batteries import level_quotas
+
+    units: dict[str, list[Any]] = {}
+    for s in stimuli:
+        units.setdefault(str(s.meta.get("pair_id") or f"id:{s.id}"), []).append(s)
+    by_level: dict[int, list[str]] = {}
+    for key, members in units.items():
+        cf = [m for m in members if m.meta.get("kind") == "cf"]
+        by_level.setdefault((cf or members)[0].n, []).append(key)
+    levels = sorted(by_level)
+    wanted = min(len(units), max(1, -(-limit * len(units) // len(ids))))
+    take = dict.fromkeys(levels, 0)
+    open_levels = levels
+    while wanted and open_levels:
+        for n, quota in zip(open_levels, level_quotas(len(open_levels), wanted), strict=True):
+            add = min(quota, len(by_level[n]) - take[n])
+            take[n] += add
+            wanted -= add
+        open_levels = [n for n in open_levels if take[n] < len(by_level[n])]
+    chosen = {m.id for n in levels for key in _spread(by_level[n], take[n]) for m in units[key]}
+    return [i for i in ids if i in chosen]
+
+
+def _spread(items: list[str], k: int) -> list[str]:
+    """``k`` of ``items`` at evenly spaced positions (the middle of ``k`` equal parts)."""
+    return [items[(2 * i + 1) * len(items) // (2 * k)] for i in range(k)]
 
 
 def _slug(s: str) -> str:
@@ -169,6 +263,19 @@ def make_cell(
 
     check_agent_name(agent)
     env_id, dataset = resolve_source(env, dataset)
+    folder = folder_of(dataset)
+    if folder is not None:
+        # Logs name the folder absolutely: an audit or replay from another directory finds it.
+        dataset = str(folder) + _split_folder(dataset)[1]
+    if limit is not None:
+        from countgym.scenes.batteries import limit_source
+
+        smaller = limit_source(dataset, limit)
+        if smaller != dataset:
+            warnings.warn(f"--limit {limit} on {dataset}: taking {limit} stratified by count from {smaller}, "
+                          f"the smallest balanced subset that holds them (built on first use), not from "
+                          f"all of {dataset}", stacklevel=2)
+            env_id, dataset = resolve_source(env, smaller)
     real_env = env_id or _env_of(dataset)
     check_agent_task(agent, task_of_env(real_env), real_env)
     ablations = dict(ablations or {})

@@ -90,6 +90,20 @@ def _downloadable() -> list[str]:
     return list(DOWNLOADABLE)
 
 
+_NO_PROGRESS = "no progress bar"
+_LIMIT_HELP = (
+    "run K stimuli stratified by true count (every count level gets its share, spread over the "
+    "manifest; deterministic); a large battery built on first use builds only the balanced subset "
+    "that holds them"
+)
+
+
+def _makeable() -> str:
+    from countgym.scenes.batteries import dataset_names
+
+    return dataset_names(subsets=False)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="countgym", description="Measure and improve how vision-language models count.")
     from countgym import __version__
@@ -102,25 +116,29 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="generate a battery subset, run two model-free policies, audit")
     d.add_argument("--out", default="countgym-demo", help="output folder (default: countgym-demo)")
     d.add_argument("--subset", default=DEMO_DATASET, help=f"battery[:subset] to run on (default: {DEMO_DATASET})")
-    d.add_argument("--no-progress", action="store_true")
+    d.add_argument("--no-progress", action="store_true", help=_NO_PROGRESS)
 
     sc = sub.add_parser("scenes", help="stimulus batteries")
     scs = sc.add_subparsers(dest="scenes_command", required=True, parser_class=_Parser)
     mk = scs.add_parser("make", help="write a battery as a dataset folder (manifest.jsonl + media)")
-    mk.add_argument("battery")
-    mk.add_argument("--out", required=True)
-    mk.add_argument("--seed", type=_non_negative_int, default=0)
-    mk.add_argument("--per-level", type=_positive_int, default=None)
-    mk.add_argument("--limit", type=_positive_int, default=None)
+    mk.add_argument("battery", help=f"what to write: {_makeable()}")
+    mk.add_argument("--out", required=True, help="dataset folder to write (manifest.jsonl + media)")
+    mk.add_argument("--seed", type=_non_negative_int, default=0,
+                    help="offset of every stimulus seed (default 0: the paper's stimuli)")
+    mk.add_argument("--per-level", type=_positive_int, default=None, metavar="K",
+                    help="stimuli per count level of a generated battery")
+    mk.add_argument("--limit", type=_positive_int, default=None, metavar="K",
+                    help="write only K stimuli, spread evenly over the design so they span the counts "
+                         "(a paired battery: K pairs)")
     mk.add_argument("--renderer", default=None, help="video battery: fast (default), blender/cycles, eevee, workbench")
     mk.add_argument("--size", type=_frame_size, default=None, help="video battery frame size: WxH, full, half or quarter")
     mk.add_argument("--video", action="store_true", help="video battery: also write an MP4 of each clip")
     mk.add_argument("--data", default=None, help="photo sets: the release folder")
-    mk.add_argument("--no-progress", action="store_true")
+    mk.add_argument("--no-progress", action="store_true", help=_NO_PROGRESS)
     dl = scs.add_parser("download", help="fetch the listed images of a photo release")
-    dl.add_argument("name", choices=_downloadable())
+    dl.add_argument("name", choices=_downloadable(), help=f"photo set: {', '.join(_downloadable())}")
     dl.add_argument("--data", required=True, help="the release folder; images go to DATA/images")
-    dl.add_argument("--no-progress", action="store_true")
+    dl.add_argument("--no-progress", action="store_true", help=_NO_PROGRESS)
 
     r = sub.add_parser("run", help="run one cell: environment (or dataset) x agent x model")
     r.add_argument("--env", default=None, metavar="ID",
@@ -133,18 +151,24 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--budget", type=_int_between(0, MAX_BUDGET), default=None, help="tool-call budget T")
     r.add_argument("--no-verify", action="store_true", help="ablation: no verification prompt")
     r.add_argument("--plain-marks", action="store_true", help="ablation: tags without numbers")
-    r.add_argument("--order", choices=["reading", "reverse"], default=None)
+    r.add_argument("--order", choices=["reading", "reverse"], default=None,
+                   help="ablation: ask for tags in reading order or its reverse")
     r.add_argument("--no-thinking", action="store_true", help="control: reasoning disabled (the lowest effort where a provider cannot disable it)")
-    r.add_argument("--perturb", choices=["remove", "add"], default=None)
+    r.add_argument("--perturb", choices=["remove", "add"], default=None,
+                   help="probe: after the first tag call the harness silently removes an on-target tag "
+                        "or adds one on an untagged object")
     r.add_argument("--protocol", choices=["json", "native"], default=None,
                    help="tool-loop arms: the paper's JSON action line (default) or native tool calls")
     r.add_argument("--agent-option", action="append", default=[], metavar="KEY=VALUE",
                    help="policy constructor option (repeatable), e.g. omission=0.2")
     r.add_argument("--out", default="runs", help="run folder (default: runs)")
-    r.add_argument("--concurrency", type=_int_between(1, MAX_CONCURRENCY), default=1)
-    r.add_argument("--limit", type=_positive_int, default=None)
-    r.add_argument("--repeats", type=_int_between(1, MAX_REPEATS), default=1)
-    r.add_argument("--seed", type=_non_negative_int, default=0)
+    r.add_argument("--concurrency", type=_int_between(1, MAX_CONCURRENCY), default=1,
+                   help=f"episodes in flight at once (1 to {MAX_CONCURRENCY}; default 1)")
+    r.add_argument("--limit", type=_positive_int, default=None, metavar="K", help=_LIMIT_HELP)
+    r.add_argument("--repeats", type=_int_between(1, MAX_REPEATS), default=1,
+                   help=f"episodes per stimulus (1 to {MAX_REPEATS}; default 1)")
+    r.add_argument("--seed", type=_non_negative_int, default=0,
+                   help="base seed of the episodes (each episode's seed derives from it; default 0)")
     r.add_argument("--max-cost", type=_spend_cap, default=None, help="stop starting episodes at this spend (USD)")
     r.add_argument("--force", action="store_true", help="discard this cell's log and run again")
     r.add_argument("--wait", action="store_true",
@@ -152,24 +176,24 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--no-retry-errors", action="store_true",
                    help="on resume, keep episodes that ended in a transient error (429, 5xx, timeout) "
                         "instead of running them again")
-    r.add_argument("--no-progress", action="store_true")
+    r.add_argument("--no-progress", action="store_true", help=_NO_PROGRESS)
 
     sw = sub.add_parser("sweep", help="run a grid of cells from a TOML/YAML config (resumable)")
-    sw.add_argument("config")
+    sw.add_argument("config", help="sweep config, .toml or .yaml (keys: see docs/sweeps.md)")
     sw.add_argument("--executor", choices=["local", "ray"], default="local",
                     help="ray: shard episodes into Ray tasks (local instance, or the cluster at RAY_ADDRESS)")
     sw.add_argument("--force", action="store_true", help="discard the logs of the sweep's cells and rerun")
     sw.add_argument("--dry-run", action="store_true", help="list the cells and exit")
     sw.add_argument("--no-retry-errors", action="store_true",
                     help="on resume, keep episodes that ended in a transient error instead of re-running them")
-    sw.add_argument("--no-progress", action="store_true")
+    sw.add_argument("--no-progress", action="store_true", help=_NO_PROGRESS)
 
     sub.add_parser("testserver", help="a local OpenAI-compatible server that answers like a model",
                         add_help=False)  # handled in main()
 
     a = sub.add_parser("audit", help="audit episode logs: episodes.csv, summary.csv")
     a.add_argument("runs", nargs="+", help="run folders or log files")
-    a.add_argument("--out", required=True)
+    a.add_argument("--out", required=True, help="audit folder: CSV tables, figures/, report.html")
     a.add_argument("--viewer-episodes", type=_non_negative_int, default=40,
                    help="episodes in the report's trajectory viewer (0: no viewer; default 40)")
     a.add_argument("--resamples", type=_positive_int, default=2000, help="bootstrap resamples (default 2000)")
@@ -188,7 +212,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     ex = sub.add_parser("export", help="export runs (Inspect .eval logs, Parquet) or a dataset (Hugging Face)")
     ex.add_argument("source", nargs="+", help="run folders or log files; for --format hf: a dataset folder or battery")
-    ex.add_argument("--format", required=True, choices=("inspect", "parquet", "hf"), dest="fmt")
+    ex.add_argument("--format", required=True, choices=("inspect", "parquet", "hf"), dest="fmt",
+                    help="inspect: Inspect AI .eval logs; parquet: one row per episode; hf: a Hugging "
+                         "Face dataset of the stimuli")
     ex.add_argument("--out", default=None,
                     help="output: a folder (inspect, hf) or a .parquet file; default: inside the first "
                          "run folder (inspect/, episodes.parquet); required for hf")
@@ -199,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--configs", default=None, help="folder of sweep configs (default: the checkout's configs/)")
 
     rp = sub.add_parser("replay", help="re-render one observation of a logged episode")
-    rp.add_argument("runfile")
+    rp.add_argument("runfile", help="the episode log (.jsonl) that holds the episode")
     rp.add_argument("--episode", required=True, help="episode id (or a unique suffix of it)")
     rp.add_argument("--step", type=_non_negative_int, default=None,
                     help="observation index: 0 = first observation, k = after step k (default: last)")
@@ -305,7 +331,27 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 1
     for line in res.error_messages[:5]:
         print(f"  error: {_scrub(line)}", file=sys.stderr)
+    from countgym.cells import log_files_of
+
+    _print_glance(log_files_of(res.log), Path(args.out))
     return 0
+
+
+def _print_glance(files: Sequence[Path], out: Path) -> None:
+    """The results table of some cell logs, then where the full tables come from; a table
+    that cannot be computed is a warning (the episodes are safe in their logs)."""
+    from countgym.analysis.glance import glance_of_logs, render
+
+    if not files:
+        return
+    try:
+        g = glance_of_logs(files, cache_dir=out)
+    except Exception as e:  # noqa: BLE001 - the run succeeded; only its summary is missing
+        print(f"countgym: warning: no results table ({type(e).__name__}: {_scrub(str(e))})", file=sys.stderr)
+        return
+    if g is not None:
+        where = f"full tables, CIs and report: countgym audit {out} --out {out}-audit"
+        sys.stdout.write(render(g, where=where))
 
 
 def all_failed(res: Any) -> bool:
@@ -360,6 +406,12 @@ def cmd_audit(args: argparse.Namespace) -> int:
     if files.report is not None:
         shown = f" (viewer: {files.viewer_shown} of {files.viewer_total} episodes)" if files.viewer_total else ""
         print(f"report: {files.report}{shown}")
+    from countgym.analysis.glance import glance_of_audit, render
+
+    where = f"full tables (all columns, 95 % CIs): {files.tables['summary']}"
+    if files.report is not None:
+        where += f"; report: {files.report}"
+    sys.stdout.write(render(glance_of_audit(args.out), where=where))
     return 0
 
 
@@ -454,6 +506,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     errors = sum(r.errors for r in results)
     cost = sum(r.cost for r in results)
     print(f"{len(results)} cells, {ran} episodes run, {errors} errors, ${cost:.4f} recorded -> {cfg.out}")
+    from countgym.cells import log_files_of
+
+    _print_glance([f for r in results for f in log_files_of(r.log)], Path(cfg.out))
     failed = [r for r in results if all_failed(r)]
     if failed:
         print(
@@ -523,6 +578,13 @@ def _stdout_closed() -> int:
     return 141
 
 
+def _announce_slow_imports() -> None:
+    """Say on stderr what a run loads before its first model call when that takes seconds."""
+    from countgym import notices
+
+    notices.hook = lambda msg: print(f"countgym: {msg}", file=sys.stderr, flush=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``countgym`` command."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -534,6 +596,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # Warnings (e.g. a skipped corrupt log line) are one line each, like errors.
     warnings.formatwarning = lambda msg, *a, **k: f"countgym: warning: {msg}\n"
+    _announce_slow_imports()
     try:
         rc = cmd_scenes_make(args) if args.command == "scenes" else COMMANDS[args.command](args)
         sys.stdout.flush()  # a reader that went away shows here, not in Python's exit handler

@@ -327,10 +327,11 @@ def run_cell(
     if policy_factory is None:
         check_agent_task(spec.agent, task_of_env(env_id), env_id)
     ds = dataset if dataset is not None else load_dataset(env_id, spec.dataset)
-    factory = policy_factory or make_factory(spec.agent, spec.model, spec.agent_options, concurrency=concurrency)
-    # Bad environment options are the user's mistake: fail before any episode, not per episode.
+    # Bad environment options are the user's mistake: fail before any episode, not per episode,
+    # and before the policy's backend loads (seconds for litellm or a local model).
     make_env(ds, spec.resolved_env_options(), arm=spec.agent, model=spec.model or spec.agent, env=env_id).close()
-    check_cell(spec.agent, ds, ds.ids()[: spec.limit] if spec.limit is not None else ds.ids(), env=env_id)
+    check_cell(spec.agent, ds, spec.stimulus_ids(ds), env=env_id)
+    factory = policy_factory or make_factory(spec.agent, spec.model, spec.agent_options, concurrency=concurrency)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     log = out / spec.log_name()
@@ -358,7 +359,7 @@ def _run_cell_locked(
     writer = LogWriter(log)
     retried = drop_transient_errors(log_files_of(log)) if retry_errors else 0
     done, cost = done_episodes(log)
-    ids = ds.ids()[: spec.limit] if spec.limit is not None else ds.ids()
+    ids = spec.stimulus_ids(ds)
     todo = [(sid, r) for r in range(spec.repeats) for sid in ids if (sid, r) not in done]
     result = CellResult(log=log, skipped=len(ids) * spec.repeats - len(todo), cost=cost, retried=retried)
     lock = threading.Lock()

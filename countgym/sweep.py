@@ -164,12 +164,53 @@ def load_config(path: str | Path) -> SweepConfig:
         raise UserError(f"{p}: cannot parse: {str(e).splitlines()[0]}") from None
     if data is not None and not isinstance(data, dict):
         raise UserError(f"{p}: the top level must be a table of keys (datasets, arms, ...), got {type(data).__name__}")
+    _check_keys(p, data or {})
     try:
         return SweepConfig.model_validate(data or {})
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
         raise UserError(f"{p}: {loc}: {err['msg'].removeprefix('Value error, ')}") from None
+
+
+def _did_you_mean(key: str, valid: list[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _unknown(where: str, keys: Any, valid: list[str]) -> str | None:
+    """One line for the first key of ``keys`` not in ``valid``, or None."""
+    for key in keys:
+        if key not in valid:
+            return f"{where}unknown key {key!r}{_did_you_mean(str(key), valid)}; valid keys: {', '.join(valid)}"
+    return None
+
+
+def _check_keys(path: Path, data: dict[str, Any]) -> None:
+    """Unknown keys (top level, an ``envs`` table, an ablation) as one line with a did-you-mean;
+    the types are pydantic's to check."""
+    problems = [_unknown("", data, list(SweepConfig.model_fields))]
+    envs = data.get("envs")
+    if isinstance(envs, list):
+        problems += [_unknown(f"envs.{i}: ", e, list(EnvSource.model_fields))
+                     for i, e in enumerate(envs) if isinstance(e, dict)]
+    ablations = data.get("ablations")
+    if isinstance(ablations, list):
+        problems += [_unknown(f"ablations.{i}: ", a, sorted(ABLATION_KEYS))
+                     for i, a in enumerate(ablations) if isinstance(a, dict)]
+    for arms_or_models, options in (("arms", "agent_options"), ("models", "model_options")):
+        names, table = data.get(arms_or_models), data.get(options)
+        if isinstance(table, dict) and isinstance(names, list):
+            for key in table:
+                if key not in names:
+                    problems.append(f"{options}: {key!r} is not one of the sweep's {arms_or_models}"
+                                    f"{_did_you_mean(str(key), [str(n) for n in names])}; "
+                                    f"its options would apply to nothing")
+    first = next((m for m in problems if m), None)
+    if first:
+        raise UserError(f"{path}: {first} (see docs/sweeps.md)")
 
 
 class _StrictYamlLoader(yaml.SafeLoader):

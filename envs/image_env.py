@@ -14,13 +14,13 @@ from countgym.envs import templates as tpl
 from countgym.envs.actions import TOOLS, Answer, Crop, Erase, Grid, Reply, Tag, action_to_dict
 from countgym.envs.common import (
     build_record,
-    fit_long_side,
     new_episode,
     pick_stimulus_id,
     resolve_dataset_arg,
     set_reply,
     stimulus_pool,
 )
+from countgym.envs.originals import Original, load_original
 from countgym.envs.parser import ParseResult, parse_action
 from countgym.envs.render import crop_view, erase_radius, render_working_image
 from countgym.envs.rewards import RewardFn, resolve_reward
@@ -214,6 +214,7 @@ class CountImageEnv(gym.Env):
         self._truth_points: np.ndarray | None = None
         self._steps: list[StepRecord] = []
         self._obs: dict[str, Any] | None = None
+        self._original: Original | None = None
         self._episode: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ gymnasium API
@@ -223,9 +224,9 @@ class CountImageEnv(gym.Env):
         super().reset(seed=seed)
         options = options or {}
         self.stimulus = self.dataset[pick_stimulus_id(self.np_random, self._pool, options)]
-        original = self.dataset.load_image(self.stimulus)
-        stored_size = original.size
-        original = fit_long_side(original, MAX_LONG_SIDE)
+        loaded = load_original(self.dataset, self.stimulus, MAX_LONG_SIDE)
+        original, stored_size = loaded.image, loaded.stored_size
+        self._original = loaded
         scale = original.size[0] / stored_size[0], original.size[1] / stored_size[1]
         pts = self.stimulus.points
         self._truth_points = (
@@ -540,6 +541,10 @@ class CountImageEnv(gym.Env):
         return render_working_image(st.original, st.tags, st.erased, st.grid, numbered=self.numbered)
 
     def _observation(self, text: str, *, system: str = "", crop_box: Any = None) -> dict[str, Any]:
+        st = self.state
+        if crop_box is None and st is not None and self._original is not None and not (st.tags or st.erased or st.grid):
+            # Nothing drawn yet: a copy of the shared unmarked view (backends encode it once).
+            return {"image": self._original.first_view(), "text": text, "system": system}
         img = self._working_image()
         if crop_box is not None:
             img = crop_view(img, crop_box)

@@ -132,7 +132,8 @@ def _battery(name: str) -> Battery:
         return BATTERIES[name]
     except KeyError:
         raise UserError(
-            f"unknown battery {name!r}; valid batteries: {', '.join(BATTERIES)}"
+            f"unknown battery {name!r}; valid batteries: {dataset_names(subsets=False)}"
+            f"{_did_you_mean(name)}"
         ) from None
 
 
@@ -173,11 +174,8 @@ def stratified_sample(specs: Sequence[ArraySpec], size: int) -> list[ArraySpec]:
     at ``(i + j) mod R``, so arrangements, sets and seeds rotate across levels.
     """
     levels = sorted({s.n for s in specs})
-    base, extra = divmod(size, len(levels))
-    bonus = {(2 * j + 1) * len(levels) // (2 * extra) for j in range(extra)}
     chosen: list[ArraySpec] = []
-    for i, n in enumerate(levels):
-        quota = base + (i in bonus)
+    for i, (n, quota) in enumerate(zip(levels, level_quotas(len(levels), size), strict=True)):
         groups: dict[tuple[str, str], list[ArraySpec]] = {}
         for s in specs:
             if s.n == n:
@@ -189,6 +187,15 @@ def stratified_sample(specs: Sequence[ArraySpec], size: int) -> list[ArraySpec]:
             raise ValueError(f"level n={n} has {len(picks)} cells, {quota} wanted")
         chosen.extend(picks[:quota])
     return chosen
+
+
+def level_quotas(n_levels: int, size: int) -> list[int]:
+    """How many of ``size`` items each of ``n_levels`` count levels gets: ``size // L`` each,
+    and the ``size % L`` extra ones go to the levels at evenly spaced positions
+    ``floor((2j + 1) L / (2 extra))`` (the named subsets' rule)."""
+    base, extra = divmod(size, n_levels)
+    bonus = {(2 * j + 1) * n_levels // (2 * extra) for j in range(extra)}
+    return [base + (i in bonus) for i in range(n_levels)]
 
 
 def _rotate(items: list[_T], k: int) -> list[_T]:
@@ -315,6 +322,19 @@ def _countvideo(per_level: int | None = None) -> Dataset:
     return Dataset(cached_countvideo(per_level=per_level), name=name)
 
 
+def limit_source(name: str, limit: int) -> str:
+    """The dataset a cell with ``limit`` stimuli of battery ``name`` reads: for ``countvideo``
+    (2,600 videos built on first use, about an hour) the smallest balanced subset
+    ``countvideo:kK`` (K videos per cardinality) that holds ``limit``, so a short run builds
+    26 K videos, not 2,600; every other name unchanged."""
+    if name != "countvideo":
+        return name
+    from .video.specs import CARDINALITIES, CLASSES, VIDEOS_PER_CLASS
+
+    per_level = -(-limit // len(CARDINALITIES))
+    return name if per_level >= len(CLASSES) * VIDEOS_PER_CLASS else f"countvideo:k{per_level}"
+
+
 # Batteries of the other studies, built into the cache on first use like the DotArrays ones.
 OTHER_BATTERIES: dict[str, Callable[[], Dataset]] = {"countercount": _countercount, "countvideo": _countvideo}
 
@@ -348,20 +368,50 @@ def resolve_dataset(name_or_path: str | Path) -> Dataset:
     if not colon:
         base, subset = text, ""
     if subset and subset not in SUBSETS:
-        raise UserError(f"unknown subset {subset!r}; valid subsets: {', '.join(SUBSETS)}")
+        import difflib
+
+        close = difflib.get_close_matches(subset, list(SUBSETS), n=1)
+        hint = f" (did you mean {base}:{close[0]}?)" if close else ""
+        raise UserError(f"unknown subset {subset!r} in {text!r}; valid names: {dataset_names()}{hint}")
     if base in BATTERIES:
         folder, label = cached_battery(base), base
     elif base and Path(base).expanduser().is_dir():
         folder, label = Path(base).expanduser(), Path(base).name
     else:
         raise UserError(
-            f"unknown dataset {text!r}: give a folder with manifest.jsonl or a battery "
-            f"({', '.join(BATTERIES)}), optionally with :SUBSET ({', '.join(SUBSETS)})"
+            f"unknown dataset {text!r}: give a folder with manifest.jsonl or one of "
+            f"{dataset_names()}{_did_you_mean(base)}"
         )
     if not subset:
         return Dataset(folder, name=label)
     return SubsetDataset(folder, subset, name=f"{label}:{subset}")
 
+
+
+def dataset_names(*, subsets: bool = True) -> str:
+    """Every dataset name the resolver knows, for error messages and help: the generated
+    batteries of all three studies, the photo sets, and (``subsets``) their named subsets and
+    the ``+transform`` copies."""
+    from .photos.resolve import PHOTO_SETS
+    from .transforms import TRANSFORMS
+
+    names = [*BATTERIES, *OTHER_BATTERIES, *PHOTO_SETS]
+    if not subsets:
+        return ", ".join(names)
+    photo = [f"{p.name}:{{{','.join(p.subsets)}}}" for p in PHOTO_SETS.values() if p.subsets]
+    return (
+        f"{', '.join(names)}; subsets: dotarrays[-main]:{{{','.join(SUBSETS)}}}, {', '.join(photo)}, "
+        f"countvideo:kK (K videos per cardinality); any of them +{{{','.join(TRANSFORMS)}}}"
+    )
+
+
+def _did_you_mean(name: str) -> str:
+    import difflib
+
+    from .photos.resolve import PHOTO_SETS
+
+    close = difflib.get_close_matches(name, [*BATTERIES, *OTHER_BATTERIES, *PHOTO_SETS], n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 resolve_with_photos = resolve_dataset

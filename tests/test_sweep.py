@@ -102,3 +102,44 @@ def test_readme_sweep_example_is_valid(tmp_path: Path) -> None:
     cfg = load_config(write(tmp_path, "sweep.toml", block))
     cells = expand(cfg)
     assert len(cells) == 3 * 2 * 3
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ('datasets = ["lattice"]\narms = ["oracle"]\ntool_set = [["tag"]]\n',
+     "unknown key 'tool_set' (did you mean 'tool_sets'?)"),
+    ('datasets = ["lattice"]\narms = ["oracle"]\nbudget = [4]\n', "unknown key 'budget' (did you mean 'budgets'?)"),
+    ('datasets = ["lattice"]\narms = ["oracle"]\nlimt = 3\n', "unknown key 'limt' (did you mean 'limit'?)"),
+    ('datasets = ["lattice"]\narms = ["oracle"]\nagent_option = {}\n',
+     "unknown key 'agent_option' (did you mean 'agent_options'?)"),
+    ('envs = [{id = "countgym/Lattice-v0", datset = "lattice"}]\narms = ["oracle"]\n',
+     "envs.0: unknown key 'datset' (did you mean 'dataset'?)"),
+    ('datasets = ["lattice"]\narms = ["tag"]\nmodels = ["m"]\nablations = [{}, {verfy = false}]\n',
+     "ablations.1: unknown key 'verfy' (did you mean 'verify'?)"),
+    ('datasets = ["lattice"]\narms = ["tag"]\nmodels = ["m"]\n[agent_options.tga]\nx = 1\n',
+     "agent_options: 'tga' is not one of the sweep's arms (did you mean 'tag'?)"),
+    ('datasets = ["lattice"]\narms = ["tag"]\nmodels = ["openai/a"]\n[model_options."openai/b"]\nx = 1\n',
+     "model_options: 'openai/b' is not one of the sweep's models (did you mean 'openai/a'?)"),
+])
+def test_sweep_key_typos_get_a_did_you_mean(tmp_path: Path, capsys: pytest.CaptureFixture, text: str,
+                                            needle: str) -> None:
+    assert main(["sweep", str(write(tmp_path, "s.toml", text)), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_every_sweep_key_is_documented() -> None:
+    from countgym.sweep import EnvSource, SweepConfig
+
+    doc = (Path(__file__).parents[1] / "docs" / "sweeps.md").read_text()
+    for key in [*SweepConfig.model_fields, *EnvSource.model_fields]:
+        assert f"`{key}`" in doc, key
+
+
+def test_the_documented_example_sweep_loads(tmp_path: Path) -> None:
+    import re
+
+    doc = (Path(__file__).parents[1] / "docs" / "sweeps.md").read_text()
+    (example,) = re.findall(r"```toml\n(.*?)```", doc, flags=re.S)[:1]
+    cfg = load_config(write(tmp_path, "example.toml", example))
+    assert cfg.tool_sets and cfg.budgets and cfg.limit and cfg.agent_options and cfg.model_options
+    assert len(expand(cfg)) > 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import io
+import struct
 import threading
 import weakref
 import zlib
@@ -20,6 +21,7 @@ import numpy as np
 from PIL import Image
 
 from countgym.envs.actions import Reply
+from countgym.envs.originals import view_key
 from countgym.logs import Usage
 
 Message = dict[str, Any]
@@ -125,10 +127,50 @@ def sum_cost(costs: Sequence[float | None]) -> float | None:
 # die with their array (weakref finalizer), so finished episodes hold no pixels here.
 _PNG_CACHE: dict[int, str] = {}
 _PNG_LOCK = threading.Lock()
+# Content-addressed by provenance: the encodings of the environments' shared unmarked views
+# (``countgym.envs.originals.view_key``), so each distinct view is encoded once per process.
+_VIEW_URLS: dict[tuple[Any, ...], str] = {}
+_MAX_VIEW_URLS = 64
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# PNG colour types by channel count: grey, RGB, RGBA (8 bits per sample).
+_COLOUR_TYPE = {1: 0, 3: 2, 4: 6}
+
+
+def _png_chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+def encode_png(image: np.ndarray) -> bytes:
+    """Lossless PNG bytes of a uint8 image (H x W, H x W x 1, 3 or 4), built for speed.
+
+    Every row uses the PNG "Up" filter (computed by numpy) and the stream is deflated at level 1
+    with the run-length strategy: about 3x faster than Pillow's adaptive filtering on tag
+    renders and 2x on photos, for payloads within about 20 %. zlib and numpy release the GIL
+    here, so concurrent episodes encode in parallel. Decoders see exactly the same pixels
+    (``decode_data_url`` round-trips them). Other dtypes and shapes go through Pillow.
+    """
+    a = np.asarray(image)
+    channels = 1 if a.ndim == 2 else (a.shape[2] if a.ndim == 3 else 0)
+    if a.dtype != np.uint8 or channels not in _COLOUR_TYPE or a.shape[0] < 1 or a.shape[1] < 1:
+        buf = io.BytesIO()
+        Image.fromarray(np.ascontiguousarray(a)).save(buf, format="PNG", compress_level=1)
+        return buf.getvalue()
+    h, w = a.shape[:2]
+    rows = a.reshape(h, w * channels)
+    raw = np.empty((h, w * channels + 1), dtype=np.uint8)
+    raw[0, 0] = 0  # the first row has no row above: filter "None"
+    raw[0, 1:] = rows[0]
+    raw[1:, 0] = 2  # filter "Up": each byte minus the byte above, modulo 256
+    np.subtract(rows[1:], rows[:-1], out=raw[1:, 1:])
+    deflate = zlib.compressobj(1, zlib.DEFLATED, 15, 9, zlib.Z_RLE)
+    idat = deflate.compress(raw.data) + deflate.flush()
+    ihdr = struct.pack(">IIBBBBB", w, h, 8, _COLOUR_TYPE[channels], 0, 0, 0)
+    return _PNG_SIGNATURE + _png_chunk(b"IHDR", ihdr) + _png_chunk(b"IDAT", idat) + _png_chunk(b"IEND", b"")
 
 
 def png_data_url(image: np.ndarray) -> str:
-    """The image as a base64 PNG data URL (lossless; cached per live array object).
+    """The image as a base64 PNG data URL (lossless, ``encode_png``; cached per live array object,
+    and per distinct unmarked view of a stimulus).
 
     The cache assumes arrays are not mutated in place after being sent, which holds for
     observations (the environment returns a fresh array each step).
@@ -138,13 +180,16 @@ def png_data_url(image: np.ndarray) -> str:
         hit = _PNG_CACHE.get(key)
     if hit is not None:
         return hit
-    buf = io.BytesIO()
-    # Level 1 with the RLE strategy: ~45 % faster than Pillow's default, and on flat stimuli and
-    # tag renders about as small (the time left is Pillow's row filtering, not zlib).
-    Image.fromarray(np.ascontiguousarray(image)).save(
-        buf, format="PNG", compress_level=1, compress_type=zlib.Z_RLE
-    )
-    url = "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+    view = view_key(image)
+    with _PNG_LOCK:
+        url = _VIEW_URLS.get(view) if view is not None else None
+    if url is None:
+        url = "data:image/png;base64," + base64.b64encode(encode_png(image)).decode("ascii")
+        if view is not None:
+            with _PNG_LOCK:
+                _VIEW_URLS[view] = url
+                while len(_VIEW_URLS) > _MAX_VIEW_URLS:
+                    _VIEW_URLS.pop(next(iter(_VIEW_URLS)))
     try:
         weakref.finalize(image, _PNG_CACHE.pop, key, None)
     except TypeError:  # objects without weakref support are simply not cached

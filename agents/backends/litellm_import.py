@@ -4,13 +4,18 @@ rules (which read litellm's model map), so neither imports the other."""
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from typing import Any
 
+from countgym import notices
 from countgym.errors import MissingExtraError
 
 _LITELLM: Any = None
 _LITELLM_LOCK = threading.Lock()
+LOADING = "litellm, the hosted-model client (a few seconds, once per process)"
+"""The notice given just before litellm is imported (``countgym.notices``; the command line
+prints it, since the import costs seconds of CPU before the first model call)."""
 
 
 def load_litellm() -> Any:
@@ -18,6 +23,8 @@ def load_litellm() -> Any:
     global _LITELLM
     with _LITELLM_LOCK:
         if _LITELLM is None:
+            if "litellm" not in sys.modules:
+                notices.loading(LOADING)
             # Without this, importing litellm fetches its model-cost map over the network.
             os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
             try:

@@ -196,7 +196,7 @@ def _plan_cell(
     retried = drop_transient_errors(cell_log_files(out, spec)) if retry_errors else 0
     done, cost = done_in_cell(out, spec)
     ds = load_dataset(env_id, spec.dataset)
-    ids = ds.ids()[: spec.limit] if spec.limit is not None else ds.ids()
+    ids = spec.stimulus_ids(ds)
     check_cell(spec.agent, ds, ids, env=env_id)
     todo = [(sid, r) for r in range(spec.repeats) for sid in ids if (sid, r) not in done]
     result = CellResult(log=log, skipped=len(ids) * spec.repeats - len(todo), cost=cost, retried=retried)

@@ -31,6 +31,10 @@ one byte every ``trickle_interval_s``) come from an explicit per-request
 ``schedule`` and/or per-kind probabilities ``faults`` drawn from an RNG seeded by
 ``(seed, request index)``, so a run's fault sequence is reproducible.
 
+Answer noise (``noise=SIGMA``, ``countgym testserver --noise SIGMA``): counts and points get seeded
+errors whose size depends on the recognised prompt (the arm), so the arms of a keyless sweep
+differ the way the papers' arms do; see ``countgym.testing.noise``.
+
 Use ``with TestServer(latency_s=0.1) as srv: ... srv.base_url`` or ``countgym testserver``.
 """
 
@@ -60,6 +64,7 @@ from countgym.envs import cf_templates as CT
 from countgym.envs import native_tools as NT
 from countgym.envs import templates as T
 from countgym.envs import video_templates as VT
+from countgym.testing.noise import check_noise, noise_rng, noisy_count, noisy_points
 
 FAULT_KINDS: tuple[str, ...] = (
     "429",
@@ -102,6 +107,18 @@ _LIST_RE = _template_regex(T.LIST)
 _TILE_RE = _template_regex(T.TILE)
 _PARSER_RE = _template_regex(VT.PARSER)
 _JUDGE_RE = _template_regex(CT.JUDGE)
+_KIND_RES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("parser", _PARSER_RE),
+    ("parser", _JUDGE_RE),
+    ("tile", _TILE_RE),
+    ("list", _LIST_RE),
+    ("cot", _COT_RE),
+    ("direct", _DIRECT_RE),
+    # The CounterCount formats share their question; the tail after {options} / {name} differs.
+    ("cf-mcq", re.compile(re.escape(CT.MCQ.split("{options}", 1)[1]))),
+    ("cf-oe", re.compile(re.escape(CT.OE.split("{name}", 1)[1].split("{name}", 1)[0]))),
+    *((f"video-{k}", _template_regex(v)) for k, v in VT.PROMPTS.items()),
+)
 _ONE_POINT_MARK = T.ONE_POINT.split("{", 1)[0]  # "Tag exactly ONE "
 _BUDGET_MARK = T.BUDGET_EXHAUSTED.split("{", 1)[0]
 _JSON_LINE_RE = re.compile(r"\{.*\}")
@@ -175,8 +192,34 @@ def _plan(messages: Sequence[dict[str, Any]]) -> list[list[int]] | None:
     return None
 
 
-def model_reply(messages: Sequence[dict[str, Any]]) -> str:
-    """What the blob-detecting 'model' answers to a chat request (OpenAI wire format)."""
+def prompt_kind(messages: Sequence[dict[str, Any]]) -> str:
+    """Which protocol prompt a request carries: ``tool``, ``tile``, ``list``, ``cot``,
+    ``direct``, ``cf-mcq``, ``cf-oe``, ``video-P1``/``P2``/``P3``, ``parser`` or ``other``."""
+    system = "\n".join(_text_of(m) for m in messages if m.get("role") == "system")
+    if _SYSTEM_RE.search(system) or _NATIVE_SYSTEM_RE.search(system):
+        return "tool"
+    users = [m for m in messages if m.get("role") == "user"]
+    last_user = _text_of(users[-1]) if users else ""
+    for kind, pattern in _KIND_RES:
+        if pattern.search(last_user):
+            return kind
+    return "other"
+
+
+def model_reply(messages: Sequence[dict[str, Any]], *, noise: float = 0.0, seed: int = 0) -> str:
+    """What the blob-detecting 'model' answers to a chat request (OpenAI wire format).
+
+    ``noise`` > 0 perturbs counts and points by the prompt kind's amount, seeded by ``seed``
+    and the request (``countgym.testing.noise``)."""
+    kind = prompt_kind(messages)
+    rng = noise_rng(seed, kind, messages) if noise > 0 else None
+
+    def count(n: int) -> int:
+        return noisy_count(n, noise, kind, rng) if rng is not None else n
+
+    def points(pts: list[list[int]]) -> list[list[int]]:
+        return noisy_points(pts, noise, kind, rng) if rng is not None else pts
+
     system = "\n".join(_text_of(m) for m in messages if m.get("role") == "system")
     users = [m for m in messages if m.get("role") == "user"]
     last_user = _text_of(users[-1]) if users else ""
@@ -190,7 +233,7 @@ def model_reply(messages: Sequence[dict[str, Any]]) -> str:
         placed = _placed_tags(messages)
         answer = json.dumps({"tool": "answer", "count": placed}, separators=(",", ":"))
         if not has_turns:
-            pts, _ = _normalised_blobs(last_image, target)
+            pts = points(_normalised_blobs(last_image, target)[0])
             if _ONE_POINT_MARK in all_user:
                 if not pts:
                     return 'I see none.\n{"tool":"answer","count":0}'
@@ -214,20 +257,20 @@ def model_reply(messages: Sequence[dict[str, Any]]) -> str:
         numbers = re.findall(r"(?<!\d)\d+(?!\d)", hit.group("response"))
         return numbers[-1] if numbers else "NaN"
     if hit := _TILE_RE.search(last_user):
-        pts, _ = _normalised_blobs(last_image, _target_for(hit.group("obj")))
+        pts = points(_normalised_blobs(last_image, _target_for(hit.group("obj")))[0])
         line = json.dumps({"points": pts}, separators=(",", ":"))
         return f"{len(pts)} have their center inside this crop.\n{line}\nANSWER: {len(pts)}"
     if hit := _LIST_RE.search(last_user):
-        pts, _ = _normalised_blobs(last_image, _target_for(hit.group("obj")))
+        pts = points(_normalised_blobs(last_image, _target_for(hit.group("obj")))[0])
         line = json.dumps({"points": pts}, separators=(",", ":"))
         return f"{line}\nANSWER: {len(pts)}"
     if hit := _COT_RE.search(last_user):
-        pts, _ = _normalised_blobs(last_image, _target_for(hit.group("obj")))
-        return f"Counting region by region, I find {len(pts)} in total.\nANSWER: {len(pts)}"
+        n = count(len(_normalised_blobs(last_image, _target_for(hit.group("obj")))[0]))
+        return f"Counting region by region, I find {n} in total.\nANSWER: {n}"
     hit = _DIRECT_RE.search(last_user)
-    target = _target_for(hit.group("obj")) if hit else "dark"
-    pts, _ = _normalised_blobs(last_image, target)
-    return f"ANSWER: {len(pts)}"
+    # Video objects are coloured solids on a light floor: any non-background colour.
+    target = _target_for(hit.group("obj")) if hit else ("any" if kind.startswith("video-") else "dark")
+    return f"ANSWER: {count(len(_normalised_blobs(last_image, target)[0]))}"
 
 
 def native_to_text(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -341,6 +384,10 @@ class TestServer:
             0 for a request that turns reasoning off (``chat_template_kwargs.enable_thinking``
             false, ``reasoning_effort`` "none", or OpenRouter's ``reasoning`` effort "none").
         trickle_interval_s: seconds between the body's bytes under a ``trickle`` fault.
+        noise: SIGMA of the seeded answer noise (0 = a perfect blob counter): counts and points
+            get errors whose size depends on the arm's prompt (``countgym.testing.noise``),
+            drawn from ``seed`` and the request, so a keyless sweep shows differences between
+            arms and reruns give the same replies.
     """
 
     __test__ = False  # not a pytest test class
@@ -357,12 +404,14 @@ class TestServer:
         timeout_sleep_s: float = 3.0,
         reasoning_tokens: int = 16,
         trickle_interval_s: float = 2.0,
+        noise: float = 0.0,
     ) -> None:
         bad = [k for k in (faults or {}) if k not in FAULT_KINDS]
         bad += [k for k in (schedule or []) if k not in (None, "ok", *FAULT_KINDS)]
         if bad:
             raise ValueError(f"unknown fault kind(s) {bad}; use {', '.join(FAULT_KINDS)}")
         _check_settings(port, latency_s, faults or {}, retry_after, timeout_sleep_s)
+        self.noise = check_noise(noise)
         self.port = port
         self.latency_s = latency_s
         self.faults = dict(faults or {})
@@ -511,7 +560,7 @@ class _Handler(BaseHTTPRequestHandler):
         tool_calls = None
         try:
             native = bool(body.get("tools"))
-            text = model_reply(native_to_text(messages) if native else messages)
+            text = model_reply(native_to_text(messages) if native else messages, noise=state.noise, seed=state.seed)
             if native:
                 text, tool_calls = to_tool_calls(text, index)
         except Exception as e:  # a bad image in the request is the client's fault
@@ -709,7 +758,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--faults", type=_parse_faults, default={}, help="e.g. 429=0.1,500=0.05,drop=0.02"
     )
-    ap.add_argument("--seed", type=int, default=0, help="seed of the fault schedule")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the fault schedule and of the answer noise")
+    ap.add_argument(
+        "--noise", type=float, default=0.0, metavar="SIGMA",
+        help="seeded answer noise (default 0: exact blob counts): a count n gets an error of "
+        "standard deviation SIGMA x n x the arm's scale (tool loop 0.25, list 0.6, cot 0.8, "
+        "direct 1; video P1 1, P2 0.7, P3 1.4; CounterCount MCQ 0.5, OE 1), tags get the same "
+        "count error plus jitter, so a keyless sweep shows differences between arms; e.g. 0.1",
+    )
     ap.add_argument(
         "--retry-after", type=float, default=1, help="Retry-After seconds sent with 429s"
     )
@@ -721,12 +777,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             faults=args.faults,
             seed=args.seed,
             retry_after=args.retry_after,
+            noise=args.noise,
         )
         srv.start()
     except (ValueError, OSError, OverflowError) as e:
         print(f"countgym testserver: error: {e}", file=sys.stderr)
         return 2
-    print(f"countgym test server at {srv.base_url} (model: openai/blob)", flush=True)
+    noisy = f", answer noise {srv.noise:g} (seed {srv.seed})" if srv.noise else ""
+    print(f"countgym test server at {srv.base_url} (model: openai/blob{noisy})", flush=True)
     try:
         while True:
             time.sleep(3600)

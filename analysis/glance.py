@@ -1,0 +1,215 @@
+"""Results at a glance: the compact table ``countgym run``, ``sweep`` and ``audit`` print last.
+
+One section per task, each with its own headline metrics, read from the audit's tables
+(nothing is computed here that the audit does not compute):
+
+- image tool loop (Give the Model a Finger): n episodes, errors, EM, MAE, R80 (main battery
+  only; ``+`` marks a right-censored range) and the point-level audit rates per 100
+  ground-truth objects (on-target, duplicate, phantom, omission) where the arm places tags;
+- CountVideoBench: EM, MAE, support size |S| and prediction perplexity PP (Section 5.2);
+- CounterCount: factual accuracy, counterfactual (CF) accuracy and bias rate (Section 3).
+
+The table fits 100 columns: long names are shortened from the left (``...name``), numbers
+are rounded to what a glance needs. The full tables (with confidence intervals) are the
+audit's CSVs and report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+WIDTH = 100
+"""The widest line the table may print."""
+
+GLANCE_RESAMPLES = 200
+"""Bootstrap resamples when a run computes its own table (only point values are shown)."""
+
+_DASH = "-"
+
+
+@dataclass(frozen=True)
+class Glance:
+    """What the table shows: the audit's ``summary`` rows, each group's task (from the
+    episodes table) and the CounterCount scores (``cf_scores``), if any."""
+
+    summary: pd.DataFrame
+    tasks: dict[tuple[str, str, str], str]
+    cf: pd.DataFrame | None = None
+
+
+# --- building a Glance ------------------------------------------------------------------------
+def _task_map(episodes: pd.DataFrame) -> dict[tuple[str, str, str], str]:
+    if episodes.empty or not {"dataset", "arm", "model"} <= set(episodes.columns):
+        return {}
+    task = episodes["task"] if "task" in episodes.columns else pd.Series("image", index=episodes.index)
+    frame = pd.DataFrame({"d": episodes["dataset"].astype(str), "a": episodes["arm"].astype(str),
+                          "m": episodes["model"].astype(str), "t": task.fillna("image").astype(str)})
+    return {(d, a, m): t for d, a, m, t in frame.drop_duplicates(["d", "a", "m"]).itertuples(index=False)}
+
+
+def glance_of_audit(out_dir: str | Path) -> Glance:
+    """The table of an audit folder, read from its ``summary.csv``, ``episodes.csv`` and
+    ``countercount/cf_scores.csv``."""
+    out = Path(out_dir)
+    summary = pd.read_csv(out / "summary.csv")
+    episodes = pd.read_csv(out / "episodes.csv", usecols=lambda c: c in {"dataset", "arm", "model", "task"})
+    cf_path = out / "countercount" / "cf_scores.csv"
+    cf = pd.read_csv(cf_path) if cf_path.is_file() else None
+    return Glance(summary, _task_map(episodes), cf)
+
+
+def glance_of_logs(files: Sequence[Path], *, cache_dir: str | Path) -> Glance | None:
+    """The table of some log files, computed as ``countgym audit`` would (answer rules without a
+    judge or parser, fewer bootstrap resamples); None when they hold no episode."""
+    from .extraction import resolve_answers
+    from .pipeline import compute_tables
+    from .tables import read_episode_records
+
+    records = read_episode_records(list(files))
+    if not records:
+        return None
+    records = resolve_answers(records, cache_dir=cache_dir).records
+    tables = compute_tables(records, n_resamples=GLANCE_RESAMPLES)
+    cf_records = [r for r in records if r.env_options.get("task") == "countercount"]
+    cf = None
+    if cf_records:
+        from . import cf as cf_analysis
+
+        cf = cf_analysis.cf_scores(cf_analysis.cf_frame(cf_records), n_resamples=GLANCE_RESAMPLES)
+    return Glance(tables.summary, _task_map(tables.episodes), cf)
+
+
+# --- rendering --------------------------------------------------------------------------------
+def _num(v: Any, fmt: str) -> str:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return _DASH
+    return _DASH if x != x else format(x, fmt)  # NaN: not measured
+
+
+def _int(v: Any) -> str:
+    return _num(v, ".0f")
+
+
+def _r80(value: Any, censored: Any) -> str:
+    text = _num(value, ".0f")
+    return text + "+" if text != _DASH and str(censored).lower() == "true" else text
+
+
+def _short(text: Any, width: int) -> str:
+    s = str(text) if text is not None and str(text) != "nan" else ""
+    return s if len(s) <= width else "..." + s[-(width - 3):]
+
+
+def _dataset(text: Any) -> str:
+    from .naming import short_dataset
+
+    return short_dataset(text)
+
+
+def _table(head: Sequence[str], rows: list[list[str]], right_from: int) -> list[str]:
+    """Columns left-aligned up to ``right_from``, numbers right-aligned after it."""
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=True)]
+    lines = []
+    for r in (list(head), *rows):
+        cells = [c.ljust(w) if i < right_from else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))]
+        lines.append(("  " + "  ".join(cells)).rstrip())
+    return lines
+
+
+def _name_columns(rows: list[list[str]], numeric_width: int, n_names: int) -> list[list[str]]:
+    """Shorten the name columns so every line fits ``WIDTH``."""
+    budget = WIDTH - 2 - numeric_width - 2 * n_names
+    caps = [max(8, budget // n_names)] * n_names
+    for _ in range(3):  # give unused width of narrow columns to wide ones
+        used = [min(cap, max((len(r[i]) for r in rows), default=0)) for i, cap in enumerate(caps)]
+        spare = budget - sum(used)
+        wide = [i for i in range(n_names) if max((len(r[i]) for r in rows), default=0) > caps[i]]
+        if spare <= 0 or not wide:
+            break
+        caps = [used[i] + (spare // len(wide) if i in wide else 0) for i in range(n_names)]
+    return [[_short(c, caps[i]) if i < n_names else c for i, c in enumerate(r)] for r in rows]
+
+
+def _rows_of(g: Glance, task: str) -> pd.DataFrame:
+    from .summary import primary_rows
+
+    s = primary_rows(g.summary)
+    keep = [g.tasks.get((str(d), str(a), str(m)), "image") == task
+            for d, a, m in zip(s["dataset"], s["arm"], s["model"], strict=True)]
+    return s[keep]
+
+
+def _image_section(g: Glance) -> list[str]:
+    s = _rows_of(g, "image")
+    if s.empty:
+        return []
+    audited = "n_audited" in s.columns and (pd.to_numeric(s["n_audited"], errors="coerce").fillna(0) > 0).any()
+    head = ["dataset", "arm", "model", "n", "err", "EM", "MAE", "R80"]
+    if audited:
+        head += ["on-tgt", "dup", "phant", "omit"]
+    rows = []
+    for _, r in s.iterrows():
+        row = [_dataset(r["dataset"]), str(r["arm"]), str(r["model"]), _int(r["n_episodes"]), _int(r["errors"]),
+               _num(r["em"], ".2f"), _num(r["mae"], ".2f"), _r80(r.get("r80"), r.get("r80_censored"))]
+        if audited:
+            has = float(r.get("n_audited") or 0) > 0
+            row += [_num(r.get(f"{k}_per100"), ".1f") if has else _DASH
+                    for k in ("on_target", "duplicate", "phantom", "omission")]
+        rows.append(row)
+    rows = _name_columns(rows, _numeric_width(head, rows, 3), 3)
+    title = "image task (EM exact match, MAE mean abs. error, R80 counting range, + censored)"
+    if audited:
+        title += ";\n  on-tgt, dup, phant, omit: tag audit per 100 ground-truth objects"
+    title += ":"
+    return [*title.split("\n"), *_table(head, rows, 3)]
+
+
+def _video_section(g: Glance) -> list[str]:
+    s = _rows_of(g, "video")
+    if s.empty:
+        return []
+    head = ["dataset", "arm", "model", "n", "err", "EM", "MAE", "|S|", "PP"]
+    rows = [[_dataset(r["dataset"]), str(r["arm"]), str(r["model"]), _int(r["n_episodes"]), _int(r["errors"]),
+             _num(r["em"], ".2f"), _num(r["mae"], ".2f"), _int(r.get("support_size")),
+             _num(r.get("prediction_perplexity"), ".1f")] for _, r in s.iterrows()]
+    rows = _name_columns(rows, _numeric_width(head, rows, 3), 3)
+    return ["CountVideoBench (EM, MAE, support size |S|, prediction perplexity PP):", *_table(head, rows, 3)]
+
+
+def _cf_section(g: Glance) -> list[str]:
+    if g.cf is None or g.cf.empty:
+        return []
+    head = ["model", "format", "intervention", "n", "err", "factual", "CF", "bias"]
+    rows = []
+    for _, r in g.cf.iterrows():
+        n = _int(float(r.get("n_factual", 0) or 0) + float(r.get("n_cf", 0) or 0))
+        rows.append([str(r["model"]), str(r["format"]), str(r["intervention"]), n, _int(r.get("errors")),
+                     _num(r.get("factual_accuracy"), ".2f"), _num(r.get("cf_accuracy"), ".2f"),
+                     _num(r.get("bias_rate"), ".2f")])
+    rows = _name_columns(rows, _numeric_width(head, rows, 3), 3)
+    return ["CounterCount (factual and CF accuracy; bias = CF answers equal to the canonical count):",
+            *_table(head, rows, 3)]
+
+
+def _numeric_width(head: Sequence[str], rows: list[list[str]], n_names: int) -> int:
+    """Width of the number columns with their separators."""
+    cols = list(zip(head, *rows, strict=True))[n_names:]
+    return sum(max(len(x) for x in col) + 2 for col in cols)
+
+
+def render(g: Glance, *, where: str) -> str:
+    """The table as text (every line at most ``WIDTH`` characters), ending with ``where``: the
+    line that says where the full tables are."""
+    sections = [s for s in (_image_section(g), _video_section(g), _cf_section(g)) if s]
+    lines: list[str] = []
+    for s in sections:
+        lines.extend(s)
+    lines.append(where)
+    return "\n".join(lines) + "\n"
