@@ -124,6 +124,7 @@ def test_cli_and_run_entry_import_nothing_heavy() -> None:
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.slow
 def test_a_cli_run_names_litellm_before_loading_it(tmp_path: Path) -> None:
     pytest.importorskip("litellm")
     from countgym.testing.server import TestServer
@@ -152,6 +153,7 @@ def test_a_cli_run_names_litellm_before_loading_it(tmp_path: Path) -> None:
     assert "rc 0 seen [False]" in out.stdout  # said before the import, once
 
 
+@pytest.mark.slow
 def test_library_use_prints_no_notice() -> None:
     out = _python("from countgym.agents.backends.litellm_import import load_litellm; load_litellm()",
                   LITELLM_LOCAL_MODEL_COST_MAP="True")

@@ -294,6 +294,7 @@ def test_visibility_check_keeps_passing_first_draws() -> None:
     assert np.array_equal(g.azimuth_offsets_deg, rng.uniform(-5.0, 5.0, size=5))
 
 
+@pytest.mark.slow
 def test_origin_height_is_a_diagnostic_only() -> None:
     """The ground truth tests the objects' origins (height 1); other heights are diagnostics
     (the calibration's readings)."""
@@ -305,6 +306,7 @@ def test_origin_height_is_a_diagnostic_only() -> None:
     assert leaving[0.0] != leaving[1.0]
 
 
+@pytest.mark.slow
 def test_calibration_reports_leaving_by_origin_height(capsys: pytest.CaptureFixture[str]) -> None:
     """``--origin-heights`` adds the leaving-frame figures at other heights to each cap's line;
     height 1 reproduces the ground truth's figures on the same videos."""
