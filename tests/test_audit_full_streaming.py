@@ -84,6 +84,7 @@ def test_full_audit_command_holds_no_more_records_than_it_shows(
     assert 1 <= _Counted.most <= 8, f"{_Counted.most} records alive at once"
 
 
+@pytest.mark.slow
 def test_log_and_in_memory_records_write_the_same_audit(tmp_path: Path) -> None:
     """The streamed source (records read again from the file for the viewer and the tests)
     and a list of the same records give the same files, byte for byte (but the date)."""

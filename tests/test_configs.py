@@ -193,6 +193,7 @@ def test_config_runs_and_reports(path: Path, server: TestServer, tmp_path: Path)
         assert any(re.search(pat, c) for c in cells), f"{path.name}: {name}.csv has nothing like {pat!r}"
 
 
+@pytest.mark.slow
 def test_placeholder_models_fail_fast_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:  # noqa: ANN001
     from countgym.cli import main
     from countgym.scenes import resolve_dataset

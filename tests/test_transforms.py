@@ -171,6 +171,7 @@ def test_cached_copy_is_built_once_and_named(tiny_dataset: Dataset) -> None:
     assert split_transform("x+y") == ("x+y", None)
 
 
+@pytest.mark.slow
 def test_resolve_transformed_folder_name(tiny_dataset: Dataset) -> None:
     from countgym.scenes import resolve_dataset
 
