@@ -52,6 +52,7 @@ class _NoSleep(list):
         self.append(s)
 
 
+@pytest.mark.slow
 def test_trickling_reply_ends_each_attempt_at_its_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-deadline")
     with TestServer(faults={"trickle": 1.0}, trickle_interval_s=TRICKLE_S) as srv:
@@ -66,6 +67,7 @@ def test_trickling_reply_ends_each_attempt_at_its_deadline(monkeypatch: pytest.M
     assert 6.0 <= elapsed < 15.0  # two attempts of 3 s, plus the cancellation (on a busy machine)
 
 
+@pytest.mark.slow
 def test_episode_deadline_bounds_all_calls_of_an_episode(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-deadline")
     with TestServer(faults={"trickle": 1.0}, trickle_interval_s=TRICKLE_S) as srv:
@@ -87,6 +89,7 @@ def test_episode_deadline_bounds_all_calls_of_an_episode(monkeypatch: pytest.Mon
     assert "episode deadline" in second.error and all("episode deadline" in r.error for r in batch)
 
 
+@pytest.mark.slow
 def test_run_against_a_trickling_server_ends_every_episode(tiny_dataset, tmp_path: Path, capsys,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-deadline")
@@ -153,6 +156,7 @@ def trickle_site() -> Iterator[dict[str, str]]:
         srv.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["body", "head"])
 def test_download_ends_a_trickling_transfer_at_its_deadline(trickle_site, where: str, tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
