@@ -42,7 +42,7 @@ def _one_line_error(args: list[str], capsys: pytest.CaptureFixture) -> str:
 
 
 def test_unknown_dataset_lists_every_task_and_photo_set(capsys: pytest.CaptureFixture) -> None:
-    err = _one_line_error(["run", "--data", "dotarray", "--agent", "tag", "--model", "m"], capsys)
+    err = _one_line_error(["run", "--data", "dotarray", "--agent", "tag", "--model", "openai/m"], capsys)
     for name in ALL_DATASETS:
         assert name in err, name
     assert "countvideo:kK" in err and "fsc147:{common,ablation}" in err
@@ -57,14 +57,14 @@ def test_unknown_battery_lists_every_battery(capsys: pytest.CaptureFixture, tmp_
 
 
 def test_unknown_arm_lists_every_task_s_arms(capsys: pytest.CaptureFixture) -> None:
-    err = _one_line_error(["run", "--data", "dotarrays", "--agent", "tga", "--model", "m"], capsys)
+    err = _one_line_error(["run", "--data", "dotarrays", "--agent", "tga", "--model", "openai/m"], capsys)
     for name in ("direct", "cot", "list", "tag", "tag+crop", "full", "tiles", "tag-1", "cf-mcq", "cf-oe",
                  "video-p1", "video-p2", "video-p3", "oracle", "blob-counter", "noisy-pointer"):
         assert name in err, name
 
 
 def test_unknown_env_lists_every_env(capsys: pytest.CaptureFixture) -> None:
-    err = _one_line_error(["run", "--env", "countgym/Nope-v0", "--agent", "tag", "--model", "m"], capsys)
+    err = _one_line_error(["run", "--env", "countgym/Nope-v0", "--agent", "tag", "--model", "openai/m"], capsys)
     for env in ("DotArrays-v0", "DotArraysXL-v0", "Lattice-v0", "FSC147-v0", "PixMoCount-v0", "CountBench-v0",
                 "CounterCount-v0", "CountVideo-v0"):
         assert f"countgym/{env}" in err, env
