@@ -56,12 +56,17 @@ def test_data_url_round_trips_a_tag_render(tiny_dataset: Dataset) -> None:
     assert np.array_equal(decode_data_url(png_data_url(obs["image"])), obs["image"])
 
 
-def test_each_unmarked_view_is_encoded_once_and_observations_stay_fresh(tmp_path: Path) -> None:
+def test_each_unmarked_view_is_shared_read_only_and_encoded_once(tmp_path: Path) -> None:
     ds = make_tiny_dataset(tmp_path / "d")
     first = [CountImageEnv(ds, tools=("tag",)).reset(options={"stimulus_id": "two"})[0]["image"] for _ in range(3)]
-    # Gymnasium's contract: new observation data on every call (no shared buffers) ...
-    assert not np.shares_memory(first[0], first[1])
+    # One copy of the pixels for all episodes (memory per episode in flight), which no episode
+    # can change under another: new array objects, read-only, over the same buffer ...
+    assert first[0] is not first[1] and np.shares_memory(first[0], first[1])
     assert not first[0].flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        first[0][0, 0] = 0
+    with pytest.raises(ValueError):
+        first[0].flags.writeable = True
     assert all(np.array_equal(first[0], f) for f in first[1:])
     # ... yet the same view is encoded once: the backends hand out the same data URL object.
     urls = [png_data_url(f) for f in first]
@@ -124,7 +129,8 @@ def test_cli_and_run_entry_import_nothing_heavy() -> None:
     assert out.stdout.strip() == "[]"
 
 
-def test_a_cli_run_names_litellm_before_loading_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("transport", ["litellm", "auto"])
+def test_a_cli_run_names_litellm_before_loading_it(tmp_path: Path, transport: str) -> None:
     pytest.importorskip("litellm")
     from countgym.testing.server import TestServer
 
@@ -143,13 +149,17 @@ def test_a_cli_run_names_litellm_before_loading_it(tmp_path: Path) -> None:
             "import countgym.cli as cli; cli._announce_slow_imports = spy\n"
             f"rc = main(['run', '--data', {str(ds.root)!r}, '--agent', 'direct', '--model', 'openai/blob',\n"
             f"           '--agent-option', 'api_base={srv.base_url}', '--out', {str(tmp_path / 'runs')!r},\n"
-            "           '--limit', '1', '--no-progress'])\n"
-            "print('rc', rc, 'seen', seen)\n"
+            f"           '--limit', '1', '--no-progress', '--agent-option', 'transport={transport}'])\n"
+            "print('rc', rc, 'seen', seen, 'imported', 'litellm' in sys.modules)\n"
         )
         out = _python(code, OPENAI_API_KEY="sk-test-not-a-key")
     assert out.returncode == 0, out.stderr
-    assert "countgym: loading litellm" in out.stderr
-    assert "rc 0 seen [False]" in out.stdout  # said before the import, once
+    if transport == "litellm":
+        assert "countgym: loading litellm" in out.stderr
+        assert "rc 0 seen [False] imported True" in out.stdout  # said before the import, once
+    else:  # openai/ with an api_base: the direct transport, which never imports litellm
+        assert "loading litellm" not in out.stderr
+        assert "rc 0 seen [] imported False" in out.stdout
 
 
 def test_library_use_prints_no_notice() -> None:
