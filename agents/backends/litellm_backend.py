@@ -114,7 +114,8 @@ class LiteLLMBackend(BaseChatModel):
         transport: "direct" posts to ``{api_base}/chat/completions`` with a pooled async HTTP
             client and never imports litellm (``agents.backends.openai_direct``); "litellm" calls
             ``litellm.acompletion``; "auto" (default) is "direct" for an ``openai/`` model with an
-            ``api_base`` and "litellm" otherwise. Without prices the direct path's cost is None.
+            ``api_base`` (unless the name is one of OpenAI's own: ``gpt-...``, ``o3-...``) and
+            "litellm" otherwise. Without prices the direct path's cost is None.
         seed: seed of the backoff jitter.
         sleep: the sleeping function (tests record the waits instead of sleeping).
     """
@@ -186,6 +187,9 @@ class LiteLLMBackend(BaseChatModel):
         if self.transport == "direct":
             headers = self.extra_params.get("extra_headers")
             self._direct = DirectTransport(api_base or "", api_key, headers if isinstance(headers, dict) else None)
+
+    sends_data_urls = True
+    """Images go out as PNG data URLs: policies may hold them encoded (``EncodedImage``)."""
 
     def __repr__(self) -> str:  # never show the key
         api_base = redact_url(self.api_base) if self.api_base else None
@@ -469,6 +473,7 @@ def _reasoning_request(
 
 
 TRANSPORTS = ("auto", "direct", "litellm")
+_OPENAI_NAMES = re.compile(r"(?i)(gpt-|o\d|chatgpt-|text-|davinci|babbage|codex|computer-use)")
 
 
 def _transport(transport: str, model: str, api_base: str | None) -> str:
@@ -482,7 +487,9 @@ def _transport(transport: str, model: str, api_base: str | None) -> str:
         raise UserError(f"transport 'direct' needs an openai/<name> model and an api_base, got {model!r}"
                         + ("" if api_base else " without api_base"))
     if transport == "auto":
-        return "direct" if direct_ok else "litellm"
+        # OpenAI's own model names behind an api_base (a proxy of OpenAI) keep litellm, which
+        # knows their parameter rules (no temperature for o-series, max_completion_tokens) and prices.
+        return "direct" if direct_ok and not _OPENAI_NAMES.match(model.split("/", 1)[1]) else "litellm"
     return transport
 
 
