@@ -4,9 +4,8 @@ same image (repeats, arms and cells of one process), in a small bounded cache.
 An episode starts by decoding its image, fitting it to the long-side limit and rendering the
 unmarked view (about 10 ms of CPU for 768 x 768, plus the view's PNG encoding when a model sees
 it). Episodes of one stimulus get the same objects instead: the same pixels, decoded once, and
-a new read-only array over the same pixels of the view (no episode can change what another
-sees; nothing is copied per episode), which ``view_key`` names, so that backends encode each
-distinct view once. Entries are keyed by
+a fresh read-only copy of the same view (Gymnasium wants new observation data on every call),
+which ``view_key`` names, so that backends encode each distinct view once. Entries are keyed by
 the image file's path, size, modification time and inode, so an edited file is read again.
 """
 
@@ -42,9 +41,8 @@ class Original:
     """What identifies the view's pixels (None: not cached)."""
 
     def first_view(self) -> np.ndarray:
-        """A new read-only array object over the shared pixels of the unmarked view (no copy: 64
-        episodes in flight would hold 64 copies), known to ``view_key`` while it lives."""
-        out = self.view.view()
+        """A new read-only copy of the unmarked view, known to ``view_key`` while it lives."""
+        out = self.view.copy()
         out.flags.writeable = False
         if self.key is not None:
             with _LOCK:

@@ -69,6 +69,8 @@ def test_bench_startup_sees_the_notice_before_the_first_request() -> None:
     pytest.importorskip("litellm")
     import bench_startup
 
-    row = bench_startup.bench_startup()
+    row = bench_startup.bench_startup("litellm")
     assert row["notice_cpu_s"] is not None and row["notice_cpu_s"] < row["first_request_cpu_s"]
     assert "loaded then: litellm" in row["value"]
+    direct = bench_startup.bench_startup()  # openai/ with an api_base: nothing to announce
+    assert direct["notice_cpu_s"] is None and "litellm" not in direct["value"].split("loaded then:")[1]
