@@ -31,6 +31,7 @@ from .audit import TAU_SCALES
 from .pipeline import AuditTables, compute_tables
 from .principles import PrincipleOptions
 from .report import ReportFigure, render_report
+from .source import RecordSource
 from .stimuli import Resolver, StimulusCache
 from .summary import DEFAULT_BY
 from .viewer import ViewerData, ViewerOptions, build_viewer, check_viewer_options
@@ -95,13 +96,12 @@ def build_figures(
 
 
 def _provenance(
-    records: Sequence[EpisodeRecord], tables: AuditTables, n_logs: int, n_resamples: int, seed: int
+    versions: set[str], tables: AuditTables, n_logs: int, n_resamples: int, seed: int
 ) -> dict[str, object]:
-    versions = sorted({r.countgym_version for r in records})
     ep = tables.episodes
     return {
         "generated": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "countgym": ", ".join(versions),
+        "countgym": ", ".join(sorted(versions)),
         "episodes": len(ep),
         "log files": n_logs,
         "datasets": ep["dataset"].nunique(),
@@ -132,25 +132,40 @@ def write_audit_files(
 ) -> AuditFiles:
     """Audit ``records`` and write every table, figure and the HTML report into ``out_dir``.
 
+    ``records`` (a sequence, or a ``source.RecordSource`` over log files) is read once in
+    full; the later stages read again only the records they show or test (see ``source``).
+
     ``judge`` (a ``ChatModel``, or ``"same"`` for each reply's own model) resolves ambiguous
     CounterCount replies (Appendix B.2); ``parser`` (a ``ChatModel``) resolves video replies the
     rules left without a count (CountVideoBench, Section 5.1). Both are cached under
     ``out_dir`` (``countercount/judge-cache``, ``countvideo/parser-cache``); see
     ``countgym.analysis.extraction``; ``judge_backend(model, api_base)`` builds the same-model
     judge. ``warn`` receives one line per extraction problem."""
-    if not records:
-        raise UserError("no episode records to audit")
-    from countgym.analysis.extraction import resolve_answers
+    from countgym.analysis.extraction import AnswerResolver
+    from countgym.analysis.task_sections import task_of_record
 
-    resolution = resolve_answers(
-        records, parser=parser, judge=judge, cache_dir=Path(out_dir), make_backend=judge_backend, warn=warn
-    )
-    records = resolution.records
     vopts = viewer or ViewerOptions()
     check_viewer_options(vopts)
+    source = records if isinstance(records, RecordSource) else RecordSource(records)
+    # One pass over the records: each reply is resolved (parser, judge) before the audit takes
+    # its row; the versions and the positions of the task sections' records are noted.
+    answers = AnswerResolver(
+        parser=parser, judge=judge, cache_dir=Path(out_dir), make_backend=judge_backend, warn=warn
+    )
+    versions: set[str] = set()
+    task_positions: list[int] = []
+
+    def note(i: int, rec: EpisodeRecord) -> EpisodeRecord:
+        rec = answers.step(i, rec)
+        versions.add(rec.countgym_version)
+        if task_of_record(rec) in ("countercount", "video"):
+            task_positions.append(i)
+        return rec
+
+    source.add_hook(note)
     stimuli = StimulusCache(resolve)
     tables = compute_tables(
-        records,
+        source,
         stimuli=stimuli,
         by=by,
         n_resamples=n_resamples,
@@ -158,6 +173,7 @@ def write_audit_files(
         tau_scales=tau_scales,
         principle_options=principle_options,
     )
+    resolution = answers.finish()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = {name: write_csv(df, out / f"{name}.csv") for name, df in tables.as_dict().items()}
@@ -176,16 +192,18 @@ def write_audit_files(
     }
     from countgym.analysis.task_sections import write_task_sections
 
-    task_paths, sections = write_task_sections(records, out, seed=seed, episodes=tables.episodes)
+    task_paths, sections = write_task_sections(
+        source.view(task_positions), out, seed=seed, episodes=tables.episodes
+    )
     fig_paths.update({p.stem: p for p in task_paths if p.suffix == ".png"})
     # Every task's episodes: the viewer replays each one's observation (tool-loop steps,
     # CounterCount images with their interventions, video frames as a contact sheet).
-    view: ViewerData = build_viewer(records, tables.episodes, stimuli, vopts)
+    view: ViewerData = build_viewer(source, tables.episodes, stimuli, vopts)
     page = render_report(
         tables,
         figures=figures,
         viewer=view,
-        provenance={**_provenance(records, tables, n_logs, n_resamples, seed), **resolution.provenance()},
+        provenance={**_provenance(versions, tables, n_logs, n_resamples, seed), **resolution.provenance()},
         extra_sections=sections,
     )
     report_path = _write_bytes(page, out / "report.html")

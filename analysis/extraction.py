@@ -74,57 +74,97 @@ def resolve_answers(
     ``judge=SAME_MODEL`` builds each record's own model with ``make_backend(model_id,
     api_base)`` (the command line passes the CounterCount baseline backend; analysis never
     builds backends itself). ``warn`` receives one line per problem."""
-    res = Resolution(list(records))
-    cache = Path(cache_dir)
-    if parser is not None:
-        res.parser_model = _model_id(parser)
-    ds_cache: dict[str, Any] = {}
-    backends = _Backends(make_backend, res, warn)
-    for i, rec in enumerate(res.records):
+    resolver = AnswerResolver(parser=parser, judge=judge, cache_dir=cache_dir, make_backend=make_backend, warn=warn)
+    out = [resolver.step(i, rec) for i, rec in enumerate(records)]
+    return resolver.finish(out)
+
+
+class AnswerResolver:
+    """``resolve_answers`` one record at a time: ``step`` each record in order (it returns the
+    record the audit uses), then ``finish``. The full audit runs it as its records stream by."""
+
+    def __init__(
+        self,
+        *,
+        parser: Any = None,
+        judge: Any = None,
+        cache_dir: str | Path,
+        make_backend: Callable[[str, str | None], Any] | None = None,
+        warn: Callable[[str], None] | None = None,
+    ) -> None:
+        self.res = Resolution([])
+        self.parser = parser
+        self.judge = judge
+        self.cache = Path(cache_dir)
+        if parser is not None:
+            self.res.parser_model = _model_id(parser)
+        self.ds_cache: dict[str, Any] = {}
+        self.backends = _Backends(make_backend, self.res, warn)
+        self.any_countercount = False
+
+    def step(self, i: int, rec: EpisodeRecord) -> EpisodeRecord:
+        """The record with its reply resolved (or itself)."""
+        res, parser, judge, cache, ds_cache, backends = (
+            self.res, self.parser, self.judge, self.cache, self.ds_cache, self.backends
+        )
         task = rec.env_options.get("task")
         if task == "video" and rec.extracted_by is None and _parser_candidate(rec):
             # A log from before these rules: read its reply again with today's rules.
-            rec = res.records[i] = _reread_video(rec, ds_cache)
+            rec = _reread_video(rec, ds_cache)
         if parser is not None and task == "video" and _parser_candidate(rec):
             question = _video_question(rec, ds_cache)
             prompt = vt.PARSER.format(question=question, response=rec.steps[0].reply)
             key = [res.parser_model, vt.PARSER_HASH, question, rec.steps[0].reply]
             value, ok = _ask(backends, parser, res.parser_model or "", prompt, key, cache / "countvideo" / "parser-cache")
             if ok and value is not None:
-                res.records[i] = _resolved(rec, value, "parser")
+                rec = _resolved(rec, value, "parser")
                 res.parsed += 1
             else:
                 res.unresolved += 1
         elif judge is not None and task == "countercount" and _judge_candidate(rec):
-            model = judge
-            if judge == SAME_MODEL:
-                model = backends.same_model(rec)
-                if model is None:
-                    res.unresolved += 1
-                    continue
-            model_id = _model_id(model)
-            if model_id not in res.judge_models:
-                res.judge_models.append(model_id)
-            try:
-                question = _cf_question(rec, ds_cache)
-            except Exception as e:  # noqa: BLE001 - a missing dataset leaves the reply unresolved
-                backends.note(f"judge: no question for {rec.episode_id} ({type(e).__name__}: {e})")
+            rec = self._judge(rec)
+        if rec.env_options.get("task") == "countercount":
+            self.any_countercount = True
+        return rec
+
+    def _judge(self, rec: EpisodeRecord) -> EpisodeRecord:
+        res, judge, backends = self.res, self.judge, self.backends
+        model = judge
+        if judge == SAME_MODEL:
+            model = backends.same_model(rec)
+            if model is None:
                 res.unresolved += 1
-                continue
-            n_true = rec.truth.n if rec.truth else 0
-            prompt = cf_templates.JUDGE.format(question=question, response=rec.steps[0].reply or "", correct_answer=n_true)
-            key = [model_id, question, rec.steps[0].reply, n_true]  # the key analysis.cf uses
-            value, ok = _ask(backends, model, model_id, prompt, key, cache / "countercount" / "judge-cache", judge=True)
-            if ok and value is not None:
-                res.records[i] = _resolved(rec, value, "judge")
-                res.judged += 1
-            else:
-                res.unresolved += 1
-    if not res.judge_models and any(r.env_options.get("task") == "countercount" for r in res.records):
-        # Say which judge applies even when no reply needed one.
-        label = "none" if judge is None else "each run's own model" if judge == SAME_MODEL else _model_id(judge)
-        res.judge_models.append(label)
-    return res
+                return rec
+        model_id = _model_id(model)
+        if model_id not in res.judge_models:
+            res.judge_models.append(model_id)
+        try:
+            question = _cf_question(rec, self.ds_cache)
+        except Exception as e:  # noqa: BLE001 - a missing dataset leaves the reply unresolved
+            backends.note(f"judge: no question for {rec.episode_id} ({type(e).__name__}: {e})")
+            res.unresolved += 1
+            return rec
+        n_true = rec.truth.n if rec.truth else 0
+        prompt = cf_templates.JUDGE.format(question=question, response=rec.steps[0].reply or "", correct_answer=n_true)
+        key = [model_id, question, rec.steps[0].reply, n_true]  # the key analysis.cf uses
+        value, ok = _ask(backends, model, model_id, prompt, key, self.cache / "countercount" / "judge-cache", judge=True)
+        if ok and value is not None:
+            res.judged += 1
+            return _resolved(rec, value, "judge")
+        res.unresolved += 1
+        return rec
+
+    def finish(self, records: list[EpisodeRecord] | None = None) -> Resolution:
+        """What happened; ``records`` (when the caller kept them) become ``Resolution.records``."""
+        res = self.res
+        if records is not None:
+            res.records = records
+        if not res.judge_models and self.any_countercount:
+            # Say which judge applies even when no reply needed one.
+            judge = self.judge
+            label = "none" if judge is None else "each run's own model" if judge == SAME_MODEL else _model_id(judge)
+            res.judge_models.append(label)
+        return res
 
 
 # --------------------------------------------------------------------------- candidates

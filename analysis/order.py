@@ -49,7 +49,16 @@ def traversal_tau(
     t = np.asarray(tags, dtype=float).reshape(-1, 2)
     if len(t) < max(2, min_tags):
         return float("nan")
-    return kendall_tau_b(np.arange(len(t)), t[:, 1])
+    if not np.isfinite(t[:, 1]).all():
+        return kendall_tau_b(np.arange(len(t)), t[:, 1])  # raises, as it always did
+    # ``kendall_tau_b(arange(n), y)`` with the index side known: every index pair is ordered
+    # (no ties), so the sum of sign products is the sum of sign(y_j - y_i) over i < j, an
+    # integer, and the value is the same float.
+    y = t[:, 1]
+    s = np.triu(np.sign(y[None, :] - y[:, None]), 1)
+    n0 = len(y) * (len(y) - 1) // 2
+    denom = np.sqrt(float(n0) * float(np.count_nonzero(s)))
+    return float(s.sum() / denom) if denom > 0 else float("nan")
 
 
 @dataclass(frozen=True)

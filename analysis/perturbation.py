@@ -34,6 +34,7 @@ import pandas as pd
 from countgym.logs import EpisodeRecord
 from countgym.matching import match_tags
 
+from .source import records_by_id
 from .stimuli import StimulusCache
 from .traces import HARNESS, tag_history
 
@@ -121,7 +122,6 @@ def perturbation_table(
 ) -> pd.DataFrame:
     """Repair rate, visible vs emitted announcements and answer shift per (dataset, model,
     arm, kind); columns ``PERTURBATION_COLUMNS``."""
-    by_id = {r.episode_id: r for r in records}
     # The condition's perturbation (read from the log) replaces the option column.
     ep = episodes.drop(columns=["perturb"], errors="ignore").merge(
         conditions[["episode_id", "perturb", "perturb_free_key"]], on="episode_id"
@@ -129,6 +129,7 @@ def perturbation_table(
     perturbed = ep[ep["perturb"].notna()]
     if perturbed.empty:
         return pd.DataFrame(columns=list(PERTURBATION_COLUMNS))
+    by_id = records_by_id(records, perturbed["episode_id"])  # only these are read again
     base = ep[ep["perturb"].isna()]
     base_idx: dict[tuple, list[tuple[int, object, str]]] = {}
     for row in base.itertuples(index=False):

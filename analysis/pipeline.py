@@ -14,12 +14,19 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from countgym.errors import UserError
 from countgym.logs import EpisodeRecord
 
 from .audit import TAU_SCALES, audit_episodes
 from .capacity import CAPACITY_COLUMNS, capacity_table
 from .contrasts import contrasts_table
-from .principles import PRINCIPLE_TABLES, PrincipleOptions, principle_tables
+from .principles import (
+    PRINCIPLE_TABLES,
+    PrincipleInputs,
+    PrincipleOptions,
+    _check_options,
+    principle_tables,
+)
 from .r80 import (
     R80_THRESHOLD,
     RANGE_TABLE_COLUMNS,
@@ -31,6 +38,10 @@ from .stimuli import Resolver, StimulusCache
 from .summary import DEFAULT_BY, summarize
 
 CURVE_BY: tuple[str, ...] = ("dataset", "arm", "model")
+
+
+class NoEpisodes(UserError):
+    """The records to audit were none."""
 
 
 @dataclass(frozen=True)
@@ -79,9 +90,20 @@ def compute_tables(
     r80_threshold: float = R80_THRESHOLD,
     principle_options: PrincipleOptions | None = None,
 ) -> AuditTables:
-    """Every table of the audit of ``records`` (resolving each dataset once)."""
+    """Every table of the audit of ``records`` (resolving each dataset once).
+
+    ``records`` is iterated once for the episodes table and the principle tests' inputs
+    together; a ``source.RecordSource`` is then read again only for the records a later test
+    uses. Raises ``NoEpisodes`` when there are no records."""
     cache = stimuli or StimulusCache(resolve)
-    episodes = audit_episodes(records, resolve=cache.resolver, tau_scales=tau_scales)
+    popts = principle_options or PrincipleOptions(
+        n_resamples=n_resamples, confidence=confidence, seed=seed
+    )
+    _check_options(popts)
+    inputs = PrincipleInputs(cache, popts)
+    episodes = audit_episodes(inputs.tap(records), resolve=cache.resolver, tau_scales=tau_scales)
+    if episodes.empty:
+        raise NoEpisodes("no episode records to audit")
     summary = summarize(
         episodes,
         by,
@@ -98,10 +120,7 @@ def compute_tables(
     contrasts = contrasts_table(
         episodes, n_resamples=n_resamples, confidence=confidence, seed=seed
     )
-    popts = principle_options or PrincipleOptions(
-        n_resamples=n_resamples, confidence=confidence, seed=seed
-    )
-    principles = principle_tables(records, episodes, stimuli=cache, options=popts)
+    principles = principle_tables(records, episodes, stimuli=cache, options=popts, inputs=inputs)
     ranges = counting_range_table(
         episodes, threshold=r80_threshold, n_resamples=n_resamples, confidence=confidence, seed=seed
     )

@@ -8,7 +8,7 @@ perturbed run, no lattice stimulus) is skipped silently.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
@@ -26,8 +26,9 @@ from .order import (
     traversal_tau,
 )
 from .perturbation import perturbation_table
+from .source import subset
 from .stimuli import Resolver, StimulusCache
-from .traces import TRANSFORM_KEY, TRANSFORM_SUFFIXES, conditions_table
+from .traces import CONDITION_COLUMNS, TRANSFORM_KEY, TRANSFORM_SUFFIXES, condition_row
 
 PRINCIPLE_TABLES: tuple[str, ...] = (
     "traversal", "order_effect", "transform_consistency", "perturbation", "tags_vs_direct",
@@ -64,6 +65,45 @@ def _check_options(options: PrincipleOptions) -> None:
         raise ValueError("transform_key must be a non-empty meta key")
 
 
+class PrincipleInputs:
+    """What the principle tests take from every record, gathered as the records stream by
+    (``tap``): the conditions table's rows (first record of an episode id), the realised
+    traversal tau (last record of an id) and the positions of the records the lattice test
+    can use (tags on a stimulus with ideal cells)."""
+
+    def __init__(self, stimuli: StimulusCache, options: PrincipleOptions) -> None:
+        self.stimuli = stimuli
+        self.options = options
+        self.suffixes = TRANSFORM_SUFFIXES if options.transform_suffixes is None else options.transform_suffixes
+        self.rows: list[tuple] = []
+        self.seen: set[str] = set()
+        self.taus: dict[str, float] = {}
+        self.lattice: list[int] = []
+        self.n = 0
+
+    def add(self, rec: EpisodeRecord) -> None:
+        """Take one record's share (records in log order)."""
+        if rec.episode_id not in self.seen:
+            self.seen.add(rec.episode_id)
+            self.rows.append(
+                condition_row(rec, self.stimuli, transform_key=self.options.transform_key, suffixes=self.suffixes)
+            )
+        self.taus[rec.episode_id] = traversal_tau(rec.tags, min_tags=self.options.min_traversal_tags)
+        if rec.tags and self.stimuli.cells(rec) is not None:
+            self.lattice.append(self.n)
+        self.n += 1
+
+    def tap(self, records: Iterable[EpisodeRecord]) -> Iterator[EpisodeRecord]:
+        """``records``, each added on its way through."""
+        for rec in records:
+            self.add(rec)
+            yield rec
+
+    def conditions(self) -> pd.DataFrame:
+        """The conditions table (``traces.conditions_table``) of the records added."""
+        return pd.DataFrame(self.rows, columns=list(CONDITION_COLUMNS))
+
+
 def principle_tables(
     records: Sequence[EpisodeRecord],
     episodes: pd.DataFrame,
@@ -71,18 +111,25 @@ def principle_tables(
     resolve: Resolver | None = None,
     stimuli: StimulusCache | None = None,
     options: PrincipleOptions | None = None,
+    inputs: PrincipleInputs | None = None,
 ) -> dict[str, pd.DataFrame]:
     """The applicable principle tables of these episodes, keyed by ``PRINCIPLE_TABLES`` names.
 
-    ``episodes`` is ``audit_episodes(records)``; its ``arm`` labels name the arms.
+    ``episodes`` is ``audit_episodes(records)``; its ``arm`` labels name the arms. ``inputs``:
+    the per-record inputs when already gathered (``PrincipleInputs.tap`` over ``records``, with
+    the same stimuli and options); records are then read again only for the perturbation
+    probe's episodes and the lattice's.
     """
     opts = options or PrincipleOptions()
     _check_options(opts)
     cache = stimuli or StimulusCache(resolve)
-    suffixes = TRANSFORM_SUFFIXES if opts.transform_suffixes is None else opts.transform_suffixes
-    cond = conditions_table(records, cache, transform_key=opts.transform_key, suffixes=suffixes)
+    if inputs is None:
+        inputs = PrincipleInputs(cache, opts)
+        for rec in records:
+            inputs.add(rec)
+    cond = inputs.conditions()
     boot = {"n_resamples": opts.n_resamples, "confidence": opts.confidence, "seed": opts.seed}
-    taus = {r.episode_id: traversal_tau(r.tags, min_tags=opts.min_traversal_tags) for r in records}
+    taus = inputs.taus
     tables = {
         "traversal": traversal_table(
             records, episodes, min_tags=opts.min_traversal_tags, taus=taus
@@ -94,6 +141,6 @@ def principle_tables(
         "perturbation": perturbation_table(records, episodes, cond, cache),
         "tags_vs_direct": tags_vs_direct_table(episodes, direct_arms=opts.direct_arms),
         "departures": departures_table(episodes),
-        "lattice": lattice_table(records, episodes, cache),
+        "lattice": lattice_table(subset(records, inputs.lattice), episodes, cache),
     }
     return {k: v for k, v in tables.items() if not v.empty}

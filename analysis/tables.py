@@ -18,8 +18,9 @@ from countgym.logs import EpisodeRecord, LogLineError, find_logs, iter_records
 from . import bundle
 from .audit import TAU_SCALES, Resolver, audit_episodes
 from .bundle import AuditFiles
-from .pipeline import compute_tables
+from .pipeline import NoEpisodes, compute_tables
 from .principles import PrincipleOptions
+from .source import RecordSource
 from .summary import DEFAULT_BY
 from .viewer import ViewerOptions
 
@@ -180,28 +181,31 @@ def write_audit_files(
     CounterCount replies (Appendix B.2); ``parser`` (a ``ChatModel``) resolves video replies
     the rules left open (CountVideoBench, Section 5.1); see ``countgym.analysis.extraction``."""
     errors: list[LogLineError] = []
-    paths, _ = _split_sources(paths_or_records)
-    records = read_episode_records(paths_or_records, errors=errors)
-    if not records:
+    paths, records = _split_sources(paths_or_records)
+    files = _log_files(paths) if paths else []
+    # Streamed: the records are read once, then again only those a later stage shows or tests.
+    source = RecordSource(records, files, errors)
+    try:
+        return bundle.write_audit_files(
+            source,
+            out_dir,
+            errors=errors,
+            n_logs=len(files),
+            resolve=resolve,
+            by=by,
+            n_resamples=n_resamples,
+            seed=seed,
+            tau_scales=tau_scales,
+            report=report,
+            viewer=viewer or bundle.default_viewer_options(),
+            principle_options=principle_options,
+            judge=judge,
+            parser=parser,
+            judge_backend=judge_backend,
+            warn=warn,
+        )
+    except NoEpisodes:
         raise UserError(
             f"no valid episode records in {', '.join(str(p) for p in paths) or 'the given records'}"
             + (f" ({len(errors)} invalid lines)" if errors else "")
-        )
-    return bundle.write_audit_files(
-        records,
-        out_dir,
-        errors=errors,
-        n_logs=len(_log_files(paths)) if paths else 0,
-        resolve=resolve,
-        by=by,
-        n_resamples=n_resamples,
-        seed=seed,
-        tau_scales=tau_scales,
-        report=report,
-        viewer=viewer or bundle.default_viewer_options(),
-        principle_options=principle_options,
-        judge=judge,
-        parser=parser,
-        judge_backend=judge_backend,
-        warn=warn,
-    )
+        ) from None

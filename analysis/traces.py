@@ -76,25 +76,34 @@ def conditions_table(
         if rec.episode_id in seen:
             continue
         seen.add(rec.episode_id)
-        stim = stimuli.stimulus(rec)
-        origin = transform_origin(
-            rec.stimulus_id,
-            stim.meta if stim is not None else None,
-            transform_key=transform_key,
-            suffixes=suffixes,
-        )
-        rows.append(
-            (
-                rec.episode_id,
-                _option(rec, "order"),
-                _option(rec, "perturb"),
-                options_key(rec, ignore=("order",)),
-                options_key(rec, ignore=("perturb",)),
-                origin[0] if origin else None,
-                origin[1] if origin else None,
-            )
-        )
+        rows.append(condition_row(rec, stimuli, transform_key=transform_key, suffixes=suffixes))
     return pd.DataFrame(rows, columns=list(CONDITION_COLUMNS))
+
+
+def condition_row(
+    rec: EpisodeRecord,
+    stimuli: StimulusCache,
+    *,
+    transform_key: str = TRANSFORM_KEY,
+    suffixes: Mapping[str, str] = TRANSFORM_SUFFIXES,
+) -> tuple:
+    """One episode's row of ``conditions_table`` (the values of ``CONDITION_COLUMNS``)."""
+    stim = stimuli.stimulus(rec)
+    origin = transform_origin(
+        rec.stimulus_id,
+        stim.meta if stim is not None else None,
+        transform_key=transform_key,
+        suffixes=suffixes,
+    )
+    return (
+        rec.episode_id,
+        _option(rec, "order"),
+        _option(rec, "perturb"),
+        options_key(rec, ignore=("order",)),
+        options_key(rec, ignore=("perturb",)),
+        origin[0] if origin else None,
+        origin[1] if origin else None,
+    )
 
 
 @dataclass(frozen=True)

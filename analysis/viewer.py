@@ -28,6 +28,7 @@ from countgym.logs import EpisodeRecord
 from .contrasts import arm_sort_key
 from .naming import short_dataset
 from .overlay import draw_audit_overlay, fit_image
+from .source import records_by_id
 from .stimuli import StimulusCache
 
 
@@ -177,9 +178,9 @@ def build_viewer(
     """Viewer entries for up to ``options.max_episodes`` episodes (see the module docstring)."""
     opts = options or ViewerOptions()
     check_viewer_options(opts)
-    by_id = {r.episode_id: r for r in records}
     rows = episodes.set_index("episode_id")
     picked = select_episodes(episodes, opts.max_episodes)
+    by_id = records_by_id(records, picked)  # only the episodes shown are read
     entries: list[dict[str, Any]] = []
     n_bytes = 0
     capped: str | None = "count" if len(picked) < len(episodes) else None

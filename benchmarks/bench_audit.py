@@ -18,8 +18,14 @@ tables, contrasts, R80 bootstraps, principle tables, figures and the HTML report
 capped trajectory viewer); ``bench_bootstrap`` times 10,000 paired bootstrap resamples over
 1,000 items (target < 1 s).
 
-Run: ``python benchmarks/bench_audit.py [N] [--full]`` (one audit of N trajectories, default
-10,000; ``--full`` adds the audit-folder time), or ``python benchmarks/run.py audit audit_100k``.
+``bench_audit_full`` (rows ``audit_full``, ``audit_full_100k``) runs the whole ``countgym audit
+log.jsonl --out audit`` as a user does, in a fresh process: the CPU seconds of that process
+(imports, tables, figures, report and viewer) and its peak RSS; targets < 5 s CPU at 10,000
+trajectories and < 2 GiB at 100,000.
+
+Run: ``python benchmarks/bench_audit.py [N] [--full | --audit-full]`` (one audit of N
+trajectories, default 10,000; ``--full`` adds the audit-folder time, ``--audit-full`` runs the
+whole command instead), or ``python benchmarks/run.py audit audit_100k audit_full audit_full_100k``.
 """
 
 from __future__ import annotations
@@ -187,6 +193,63 @@ def bench_audit_100k(n_objects: int = 50, seed: int = 0) -> list[dict]:
     ]
 
 
+def _full_child(folder: str) -> None:
+    """The measured process of ``audit_full``: ``countgym audit`` as a user runs it (prints one
+    JSON line: CPU seconds of the whole process, imports included, and peak RSS)."""
+    import contextlib
+    import io
+    import os
+
+    os.chdir(folder)  # the log names its dataset "bench", a folder here
+    from countgym.cli import main
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        rc = main(["audit", "log.jsonl", "--out", "audit"])
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"rc": rc, "cpu_s": _cpu(), "peak_rss_mib": peak / 1024}))
+
+
+def measure_full_audit(n_trajectories: int, n_objects: int = 50, seed: int = 0) -> dict:
+    """Write the logs, then run the whole ``countgym audit`` (tables, figures, report with its
+    viewer) in a fresh process; its CPU seconds and peak RSS."""
+    with tempfile.TemporaryDirectory() as tmp:
+        write_bench_logs(Path(tmp), n_trajectories, n_objects, seed)
+        out = subprocess.run(
+            [sys.executable, __file__, "--full-child", tmp], check=True, capture_output=True, text=True
+        )
+        ok = (Path(tmp) / "audit" / "report.html").is_file()
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["rc"] == 0 and ok, res
+    return {**res, "n": n_trajectories}
+
+
+def bench_audit_full(n_trajectories: int = 10_000, n_objects: int = 50, seed: int = 0) -> list[dict]:
+    """The full ``countgym audit`` of 10,000 trajectories (< 5 s CPU); 100,000 (< 2 GiB)."""
+    r = measure_full_audit(n_trajectories, n_objects, seed)
+    big = n_trajectories >= 100_000
+    cpu_target = CPU_TARGET_S * n_trajectories / 10_000
+    return [
+        {
+            "name": f"full countgym audit of {n_trajectories} trajectories, CPU (whole process)",
+            "value": f"{r['cpu_s']:.2f} s",
+            "seconds": r["cpu_s"],
+            "target": f"< {cpu_target:g} s",
+            "ok": r["cpu_s"] < cpu_target,
+        },
+        {
+            "name": f"full countgym audit of {n_trajectories} trajectories, peak RSS",
+            "value": f"{r['peak_rss_mib']:.0f} MiB",
+            "target": f"< {RSS_TARGET_MIB:.0f} MiB" if big else "table only",
+            "ok": r["peak_rss_mib"] < RSS_TARGET_MIB if big else None,
+        },
+    ]
+
+
+def bench_audit_full_100k(n_objects: int = 50, seed: int = 0) -> list[dict]:
+    """The full ``countgym audit`` of 100,000 trajectories: peak RSS under 2 GiB."""
+    return bench_audit_full(100_000, n_objects, seed)
+
+
 def bench_write_audit(n_trajectories: int = 10_000, n_objects: int = 50, seed: int = 0) -> dict:
     """Time ``write_audit_files`` (every table, figure and the report) on synthetic trajectories.
 
@@ -229,12 +292,18 @@ def bench_bootstrap(n_items: int = 1000, n_resamples: int = 10_000) -> dict:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--full-child"]:
+        _full_child(sys.argv[2])
+        raise SystemExit(0)
     if sys.argv[1:2] == ["--child"]:
         _child(sys.argv[2], sys.argv[3])
         raise SystemExit(0)
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     n = int(args[0]) if args else 10_000
     result = measure_audit(n)
+    if "--audit-full" in sys.argv[1:]:
+        print(json.dumps(measure_full_audit(n)))
+        raise SystemExit(0)
     if "--full" in sys.argv[1:]:
         full = bench_write_audit(n)
         result.update(write_audit_seconds=full["seconds"], report_bytes=full["report_bytes"])

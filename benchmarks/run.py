@@ -18,6 +18,8 @@ BENCHES: dict[str, tuple[str, str]] = {
     "scenes": ("bench_scenes", "bench_battery_generation"),
     "audit": ("bench_audit", "bench_audit"),
     "audit_100k": ("bench_audit", "bench_audit_100k"),
+    "audit_full": ("bench_audit", "bench_audit_full"),
+    "audit_full_100k": ("bench_audit", "bench_audit_full_100k"),
     "bootstrap": ("bench_audit", "bench_bootstrap"),
     "write_audit": ("bench_audit", "bench_write_audit"),
     "harness": ("bench_harness", "bench_harness"),

@@ -84,15 +84,9 @@ def render_blender(
     cache.mkdir(parents=True, exist_ok=True)
     os.environ["XDG_CACHE_HOME"] = str(cache.resolve())
     bpy = require_bpy()
-    bpy.ops.wm.read_factory_settings(use_empty=True)
-    scene = bpy.context.scene
-    _settings(bpy, scene, engine, size, samples, device)
-    _world(bpy, scene)
-    _lights(bpy, scene)
-    ground = _ground(bpy, scene)
-    _camera(bpy, scene, geom)
-    objs = _objects(bpy, scene, geom, bevel_segments)
-    _physics(bpy, scene, ground, objs)
+    scene, _ = build_scene(
+        geom, size, engine=engine, samples=samples, device=device, bevel_segments=bevel_segments
+    )
     paths = []
     img = scene.render.image_settings
     img.file_format = "PNG" if fmt == "png" else "JPEG"
@@ -107,6 +101,29 @@ def render_blender(
     if video_path is not None:
         _render_mp4(bpy, scene, Path(video_path))
     return paths
+
+
+def build_scene(
+    geom: SceneGeometry,
+    size: tuple[int, int],
+    *,
+    engine: str = "CYCLES",
+    samples: int = 32,
+    device: str = "auto",
+    bevel_segments: int = BEVEL_SEGMENTS,
+) -> tuple[Any, list[Any]]:
+    """A fresh Blender scene for ``geom`` with the rigid-body cache baked: (scene, objects)."""
+    bpy = require_bpy()
+    bpy.ops.wm.read_factory_settings(use_empty=True)
+    scene = bpy.context.scene
+    _settings(bpy, scene, engine, size, samples, device)
+    _world(bpy, scene)
+    _lights(bpy, scene)
+    ground = _ground(bpy, scene)
+    _camera(bpy, scene, geom)
+    objs = _objects(bpy, scene, geom, bevel_segments)
+    _physics(bpy, scene, ground, objs)
+    return scene, objs
 
 
 # --------------------------------------------------------------------------- scene parts

@@ -312,9 +312,9 @@ class SceneGeometry:
         return euler_to_matrix(float(rx), float(rz))
 
     # -- objects
-    def centres(self) -> np.ndarray:
-        """(n, 3) object origins in the world."""
-        return np.column_stack([self.positions, np.full(self.n, OBJECT_HEIGHT)])
+    def centres(self, origin_height: float = OBJECT_HEIGHT) -> np.ndarray:
+        """(n, 3) object origins in the world (``origin_height`` only for diagnostics)."""
+        return np.column_stack([self.positions, np.full(self.n, float(origin_height))])
 
     def project(
         self, points: np.ndarray, frame: float, width: int = WIDTH, height: int = HEIGHT
@@ -338,11 +338,18 @@ class SceneGeometry:
         uvd = self.project(self.centres(), frame, width, height)
         return np.column_stack([uvd[:, 0] * width, (1 - uvd[:, 1]) * height])
 
-    def in_frame(self, frames: Any = RENDERED_FRAMES) -> np.ndarray:
-        """(len(frames), n) booleans: origin inside [0, 1]^2 with positive depth."""
+    def in_frame(
+        self, frames: Any = RENDERED_FRAMES, *, origin_height: float = OBJECT_HEIGHT
+    ) -> np.ndarray:
+        """(len(frames), n) booleans: origin inside [0, 1]^2 with positive depth.
+
+        ``origin_height`` moves the tested points off the objects' origins (the calibration's
+        diagnostic readings); the ground truth always uses :data:`OBJECT_HEIGHT`.
+        """
+        pts = self.centres(origin_height)
         rows = []
         for f in frames:
-            u, v, d = self.project(self.centres(), f).T
+            u, v, d = self.project(pts, f).T
             rows.append((d > 0) & (u >= 0) & (u <= 1) & (v >= 0) & (v <= 1))
         return np.array(rows, dtype=bool).reshape(len(rows), self.n)
 
