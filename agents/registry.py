@@ -157,6 +157,22 @@ def load_policy(spec: str, **kwargs: Any) -> Any:
     return policy
 
 
+def check_arm_model(agent: str, model: str = "") -> None:
+    """Refuse, with one line, a model arm without a model or with an id no backend serves.
+
+    Cheap (loads no backend, builds no dataset), so runs and sweeps call it first.
+    """
+    if family_of(agent) is None:
+        return
+    if not model:
+        raise UserError(
+            f"arm {agent!r} calls a model: pass --model (e.g. openai/gpt-4o-mini or hf:/path)"
+        )
+    from countgym.agents.backends.factory import check_model_id
+
+    check_model_id(model)
+
+
 def policy_factory(
     agent: str, model: str = "", options: dict[str, Any] | None = None, *, concurrency: int = 1
 ) -> Callable[[], Any]:

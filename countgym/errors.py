@@ -9,6 +9,7 @@ class MissingExtraError(UserError):
     """An optional dependency is not installed; the message names the extra to install."""
 
     def __init__(self, package: str, extra: str) -> None:
+        self.package, self.extra = package, extra
         super().__init__(
             f"{package} is not installed; install the '{extra}' extra: pip install 'countgym[{extra}]'"
         )

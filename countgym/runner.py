@@ -322,7 +322,7 @@ def run_cell(
     Only one process runs a cell at a time (``countgym.celllock``): when another holds it, this
     raises ``CellBusyError`` (a one-line user error), or with ``wait_for_lock`` waits and then resumes.
     """
-    from countgym.agents.registry import check_agent_task
+    from countgym.agents.registry import check_agent_task, check_arm_model
     from countgym.agents.registry import policy_factory as make_factory
     from countgym.preflight import check_cell
     from countgym.tasks import load_dataset, task_of_env
@@ -331,6 +331,8 @@ def run_cell(
     env_id = spec.env_id()
     if policy_factory is None:
         check_agent_task(spec.agent, task_of_env(env_id), env_id)
+        # A placeholder or mistyped model id is refused before a dataset is built.
+        check_arm_model(spec.agent, spec.model)
     ds = dataset if dataset is not None else load_dataset(env_id, spec.dataset)
     # Bad environment options are the user's mistake: fail before any episode, not per episode,
     # and before the policy's backend loads (seconds for litellm or a local model).

@@ -350,8 +350,12 @@ def run_sweep(
 ) -> list[CellResult]:
     """Run every cell (resuming, transient errors re-run unless ``retry_errors`` is False),
     honouring the sweep-wide spend cap."""
+    from countgym.agents.registry import check_arm_model
+
     out = Path(cfg.out)
     cells = expand(cfg)
+    for cell in cells:  # every model id, before the first cell builds a dataset or runs
+        check_arm_model(cell.agent, cell.model)
     spent = {c.log_name(): done_episodes(out / c.log_name())[1] for c in cells}
     results: list[CellResult] = []
     labels, _ = describe_cells(cells)

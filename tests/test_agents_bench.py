@@ -50,6 +50,7 @@ def test_episodes_must_fill_the_slots() -> None:
         bh.bench_harness(n_episodes=200, concurrency=64)
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:.*ReadOnly.*:UserWarning")
 def test_bench_harness_smoke(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     pytest.importorskip("litellm")
@@ -65,6 +66,7 @@ def test_bench_harness_smoke(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
     assert "skipped" in rows[3]["value"]
 
 
+@pytest.mark.slow
 def test_bench_startup_sees_the_notice_before_the_first_request() -> None:
     pytest.importorskip("litellm")
     import bench_startup

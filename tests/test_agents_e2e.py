@@ -20,6 +20,7 @@ def fake_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arm", list(ARMS))
 def test_arm_counts_the_tiny_dataset(arm: str, tiny_dataset) -> None:
     with TestServer() as srv:

@@ -436,6 +436,7 @@ def test_corrupt_log_line_reported_and_rest_loads(tmp_path: Path) -> None:
     assert [(Path(e.file).name, e.line) for e in errors] == [("episodes.jsonl", 2)]
 
 
+@pytest.mark.slow
 def test_write_audit_tables(tmp_path: Path) -> None:
     pts = [(100.0, 100.0), (300.0, 300.0)]
     ds = make_dataset(tmp_path / "ds", [stimulus("s", pts)])
@@ -477,6 +478,7 @@ def test_default_resolver_reads_a_dataset_folder(tmp_path: Path) -> None:
     assert (row.on_target, row.omission) == (1, 1)
 
 
+@pytest.mark.slow
 def test_benchmark_script_smoke() -> None:
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_audit.py"
     res = subprocess.run(

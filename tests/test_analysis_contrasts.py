@@ -118,6 +118,7 @@ def test_bootstrap_ci_coverage_of_a_bernoulli_mean() -> None:
     assert 0.92 <= covered / reps <= 0.98
 
 
+@pytest.mark.slow
 def test_paired_contrast_ci_coverage() -> None:
     """The paired EM-difference interval covers the true difference about 95 % of the time."""
     rng = np.random.default_rng(11)

@@ -97,6 +97,7 @@ api_key = "x"
 '''
 
 
+@pytest.mark.slow
 def test_sweep_labels_columns_and_tool_spelling(tiny_dataset, tmp_path, capsys) -> None:
     import pandas as pd
 

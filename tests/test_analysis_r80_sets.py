@@ -41,6 +41,7 @@ def tables(recs: list[EpisodeRecord], n_resamples: int = 200):
     return compute_tables(recs, n_resamples=n_resamples)
 
 
+@pytest.mark.slow
 def test_full_battery_r80_is_the_main_battery_s_and_factor_sets_get_rows() -> None:
     t = tables(records("dotarrays", exact_on_main))
     s = t.summary.set_index("set")
@@ -57,6 +58,7 @@ def test_full_battery_r80_is_the_main_battery_s_and_factor_sets_get_rows() -> No
     assert (t.accuracy_by_n["exact_match_score"] == 1.0).all() and t.accuracy_by_n["n_images"].sum() == 216
 
 
+@pytest.mark.slow
 def test_extended_range_fits_main_and_xl_as_one_curve() -> None:
     def xl_answer(s: Stimulus) -> int:
         return s.n if s.n <= 150 else s.n - 20
@@ -74,6 +76,7 @@ def test_extended_range_fits_main_and_xl_as_one_curve() -> None:
     assert np.isnan(xl_row["r80"].iloc[0])
 
 
+@pytest.mark.slow
 def test_extended_ci_can_start_at_a_main_level() -> None:
     # A dip at the last main level (4 of 12 images exact at n = 60) in front of an exact
     # extension (30 images): the pooled fit from 60 to 200 is (4 + 30) / 42 >= 0.8, so R80 is
@@ -107,6 +110,7 @@ def test_pointing_error_pooled_over_dotarrays_and_fsc147() -> None:
     assert 1.0 <= lo <= 3.0 <= hi <= 20.0
 
 
+@pytest.mark.slow
 def test_audit_writes_r80_and_capacity_tables(tmp_path) -> None:
     from countgym.analysis import write_audit_files
 

@@ -142,6 +142,7 @@ def test_report_is_self_contained_and_escaped(audit_dir: Path) -> None:
     assert first["overlay"].startswith("data:image/jpeg;base64,")
 
 
+@pytest.mark.slow
 def test_viewer_caps(runs: Path, tmp_path: Path) -> None:
     files = write_audit_files([runs], tmp_path / "a", n_resamples=50,
                               viewer=ViewerOptions(max_episodes=2))  # fmt: skip
@@ -155,6 +156,7 @@ def test_viewer_caps(runs: Path, tmp_path: Path) -> None:
         write_audit_files([runs], tmp_path / "c", viewer=ViewerOptions(jpeg_quality=0))
 
 
+@pytest.mark.slow
 def test_cli_audit_writes_the_report(runs: Path, tmp_path: Path) -> None:
     from countgym.cli import main
 
@@ -220,6 +222,7 @@ def test_report_renders_in_a_headless_browser(audit_dir: Path, tmp_path: Path) -
     assert "vlm&lt;i&gt;x&lt;/i&gt;" in dom and "<i>x</i>" not in dom
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_report_screenshot(audit_dir: Path, tmp_path: Path) -> None:
     shot = tmp_path / "report.png"

@@ -66,6 +66,7 @@ class _Counted(EpisodeRecord):
         type(self).alive -= 1
 
 
+@pytest.mark.slow
 def test_full_audit_command_holds_no_more_records_than_it_shows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -83,6 +84,7 @@ def test_full_audit_command_holds_no_more_records_than_it_shows(
     assert 1 <= _Counted.most <= 8, f"{_Counted.most} records alive at once"
 
 
+@pytest.mark.slow
 def test_log_and_in_memory_records_write_the_same_audit(tmp_path: Path) -> None:
     """The streamed source (records read again from the file for the viewer and the tests)
     and a list of the same records give the same files, byte for byte (but the date)."""
@@ -232,6 +234,7 @@ def _manifest(tmp_path: Path, n: int) -> list[Stimulus]:
     return stims
 
 
+@pytest.mark.slow
 def test_dataset_keeps_manifest_lines_not_objects(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """3,000 stimuli of 50 points: as objects about 20 MB; kept as their manifest lines (a
     few parsed) under half of that. Every access gives the stimulus the manifest holds."""

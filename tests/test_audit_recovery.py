@@ -10,6 +10,8 @@ import pytest
 from countgym.analysis import load_episodes, summarize
 from countgym.runner import CellSpec, run_cell
 
+pytestmark = pytest.mark.slow  # two full DotArrays main batteries through the tag loop
+
 RATES = {"sigma": 3.0, "omission": 0.12, "duplicate": 0.06, "phantom": 0.07, "slip": 0.2}
 
 

@@ -185,6 +185,7 @@ def test_audit_holds_no_records(tmp_path: Path) -> None:
     assert most_alive <= 1
 
 
+@pytest.mark.slow
 def test_load_episodes_memory_does_not_grow_with_the_log(tmp_path: Path) -> None:
     """A log of 600 episodes with 40 KB replies (24 MB of text) audits in a few MB: the
     records stream through instead of being held."""

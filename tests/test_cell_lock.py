@@ -48,6 +48,7 @@ def _wait_for_lock(out: Path, proc: subprocess.Popen) -> Path:
     raise AssertionError("the first run never took its lock")
 
 
+@pytest.mark.slow
 def test_second_concurrent_run_exits_2_with_one_line_and_nothing_runs_twice(tiny_dataset, tmp_path: Path, capsys) -> None:
     out = tmp_path / "runs"
     first = _start(_run_args(tiny_dataset, out))
@@ -65,6 +66,7 @@ def test_second_concurrent_run_exits_2_with_one_line_and_nothing_runs_twice(tiny
     assert sorted(r.stimulus_id for r in recs) == ["four", "row", "two"]  # each once
 
 
+@pytest.mark.slow
 def test_wait_flag_waits_then_resumes_without_rerunning(tiny_dataset, tmp_path: Path, capsys) -> None:
     out = tmp_path / "runs"
     first = _start(_run_args(tiny_dataset, out))
@@ -78,6 +80,7 @@ def test_wait_flag_waits_then_resumes_without_rerunning(tiny_dataset, tmp_path: 
     assert len(read_records([out])) == 3
 
 
+@pytest.mark.slow
 def test_lock_of_a_killed_run_does_not_block_resume(tiny_dataset, tmp_path: Path, capsys) -> None:
     out = tmp_path / "runs"
     first = _start(_run_args(tiny_dataset, out))

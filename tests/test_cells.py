@@ -23,6 +23,7 @@ def _run(*args: str) -> int:
     return main(["run", *args, "--no-progress"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("how", "task", "env_id", "n"),
     [

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from countgym.analysis.tables import write_audit_files
 from countgym.cli import main
 from countgym.logs import read_records
@@ -11,6 +13,7 @@ from countgym.runner import CellSpec, run_cell
 from countgym.testing.server import TestServer
 
 
+@pytest.mark.slow
 def test_countercount_end_to_end(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-cf")
     data = tmp_path / "cc"
@@ -30,6 +33,7 @@ def test_countercount_end_to_end(tmp_path: Path, monkeypatch) -> None:
     assert (tmp_path / "audit" / "countercount" / "cf_scores.csv").is_file()
 
 
+@pytest.mark.slow
 def test_audit_judge_resolves_ambiguous_replies(tmp_path: Path, monkeypatch) -> None:
     """Replies with several incompatible numbers go to the judge, whose answers are cached."""
     from countgym.envs.actions import Reply

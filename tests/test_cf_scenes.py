@@ -71,6 +71,7 @@ def test_design_spans_removals_additions_and_counts_zero_to_seven_plus() -> None
     assert {p.subject.key for p in specs[: len(SUBJECTS)]} == set(SUBJECTS)
 
 
+@pytest.mark.slow
 def test_pairs_differ_only_inside_the_attribute_box(cf_battery: Dataset) -> None:
     pairs = {s.meta["pair_id"] for s in cf_battery}
     assert len(pairs) == len(SUBJECTS)
@@ -90,6 +91,7 @@ def test_pairs_differ_only_inside_the_attribute_box(cf_battery: Dataset) -> None
         assert not diff[~near].any(), pid
 
 
+@pytest.mark.slow
 def test_masks_and_boxes_match_the_drawn_pixels(cf_battery: Dataset) -> None:
     for stim in cf_battery:
         if stim.meta["kind"] != "cf":

@@ -50,6 +50,7 @@ def test_bad_manifest_line_is_named(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "manifest.jsonl:2: invalid manifest line" in err
 
 
+@pytest.mark.slow
 def test_run_audit_replay_roundtrip(tiny_dataset, tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     r = run_cli("run", "--data", str(tiny_dataset.root), "--agent", "outside_policy:CentreTagger", "--out", str(runs), "--no-progress")
@@ -79,6 +80,7 @@ def test_unknown_cf_intervention_named(capsys: pytest.CaptureFixture) -> None:
     assert "unknown intervention(s) ['sparkle']" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_corrupt_log_warning_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / "x.jsonl").write_text('{"broken": tru')

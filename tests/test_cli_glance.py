@@ -25,6 +25,7 @@ def _header(out: str, first: str) -> list[str]:
     return _row(out, first)
 
 
+@pytest.mark.slow
 def test_run_then_audit_print_the_table(tiny_dataset, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     runs = tmp_path / "runs"
     with TestServer() as srv:

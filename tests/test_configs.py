@@ -151,6 +151,7 @@ def test_every_config_has_an_expectation() -> None:
         assert "Report:" in text and "REPLACE:" in text, f"{p.name}: header must name its report and models"
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:FSC-147 bin", "ignore:PixMo-Count count")
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
 def test_config_runs_and_reports(path: Path, server: TestServer, tmp_path: Path) -> None:
@@ -195,11 +196,29 @@ def test_config_runs_and_reports(path: Path, server: TestServer, tmp_path: Path)
 def test_placeholder_models_fail_fast_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:  # noqa: ANN001
     from countgym.cli import main
 
+    cache = tmp_path / "cache"  # cold: the placeholder must be refused before any build
+    monkeypatch.setenv("COUNTGYM_CACHE", str(cache))
     monkeypatch.chdir(tmp_path)
     assert main(["sweep", str(CONFIG_DIR / "finger-order.toml"), "--no-progress"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "REPLACE:gemini-3.1-flash-lite" in err
     assert not list(tmp_path.rglob("*.jsonl"))  # nothing ran
+    assert not cache.exists() or not any(cache.iterdir())  # nothing was built
+
+
+def test_a_bad_model_later_in_a_sweep_stops_it_before_the_first_cell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:  # noqa: ANN001
+    from countgym.cli import main
+
+    monkeypatch.setenv("COUNTGYM_CACHE", str(tmp_path / "cache"))
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(
+        f'out = "{tmp_path / "runs"}"\ndatasets = ["dotarrays:common"]\narms = ["direct"]\n'
+        'models = ["openai/gpt-4o-mini", "gpt4o-typo"]\n'
+    )
+    assert main(["sweep", str(cfg), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "'gpt4o-typo'" in err
+    assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").rglob("*.jsonl"))
 
 
 def test_sweep_without_the_release_fails_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:  # noqa: ANN001

@@ -180,6 +180,7 @@ ADVERSARIAL = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(ADVERSARIAL))
 def test_100kb_replies_parse_fast(name: str) -> None:
     text = ADVERSARIAL[name]

@@ -52,6 +52,7 @@ class _NoSleep(list):
         self.append(s)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transport", ["direct", "litellm"])
 def test_trickling_reply_ends_each_attempt_at_its_deadline(monkeypatch: pytest.MonkeyPatch, transport: str) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-deadline")
@@ -67,6 +68,7 @@ def test_trickling_reply_ends_each_attempt_at_its_deadline(monkeypatch: pytest.M
     assert 6.0 <= elapsed < 15.0  # two attempts of 3 s, plus the cancellation (on a busy machine)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transport", ["direct", "litellm"])
 def test_episode_deadline_bounds_all_calls_of_an_episode(monkeypatch: pytest.MonkeyPatch, transport: str) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-deadline")
@@ -89,6 +91,7 @@ def test_episode_deadline_bounds_all_calls_of_an_episode(monkeypatch: pytest.Mon
     assert "episode deadline" in second.error and all("episode deadline" in r.error for r in batch)
 
 
+@pytest.mark.slow
 def test_run_against_a_trickling_server_ends_every_episode(tiny_dataset, tmp_path: Path, capsys,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-deadline")
@@ -155,6 +158,7 @@ def trickle_site() -> Iterator[dict[str, str]]:
         srv.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["body", "head"])
 def test_download_ends_a_trickling_transfer_at_its_deadline(trickle_site, where: str, tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:

@@ -70,6 +70,7 @@ def test_direct_sends_what_litellm_sends(options: dict[str, Any]) -> None:
         assert getattr(direct_reply, field) == getattr(lite_reply, field), field
 
 
+@pytest.mark.slow
 def test_direct_path_never_imports_litellm(tmp_path: Path) -> None:
     code = (
         "import sys\n"

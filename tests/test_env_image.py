@@ -290,6 +290,7 @@ def test_golden_renders() -> None:
     assert got == GOLDEN
 
 
+@pytest.mark.slow
 def test_registered_envs_pass_check_env() -> None:
     import countgym.registration as reg
 

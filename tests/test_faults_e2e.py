@@ -22,6 +22,7 @@ def faulty_server():
         yield srv
 
 
+@pytest.mark.slow
 def test_faulty_sweep_loses_nothing_and_leaks_no_key(faulty_server, tiny_dataset, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     cfg_path = tmp_path / "sweep.toml"

@@ -109,6 +109,7 @@ def _python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
                           env={**os.environ, **env}, timeout=300)
 
 
+@pytest.mark.slow
 def test_cli_and_run_entry_import_nothing_heavy() -> None:
     code = (
         "import sys\n"
@@ -124,6 +125,7 @@ def test_cli_and_run_entry_import_nothing_heavy() -> None:
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transport", ["litellm", "auto"])
 def test_a_cli_run_names_litellm_before_loading_it(tmp_path: Path, transport: str) -> None:
     pytest.importorskip("litellm")
@@ -157,6 +159,7 @@ def test_a_cli_run_names_litellm_before_loading_it(tmp_path: Path, transport: st
         assert "rc 0 seen [] imported False" in out.stdout
 
 
+@pytest.mark.slow
 def test_library_use_prints_no_notice() -> None:
     out = _python("from countgym.agents.backends.litellm_import import load_litellm; load_litellm()",
                   LITELLM_LOCAL_MODEL_COST_MAP="True")
@@ -164,6 +167,7 @@ def test_library_use_prints_no_notice() -> None:
     assert "loading litellm" not in out.stderr
 
 
+@pytest.mark.slow
 def test_a_user_mistake_is_one_line_before_any_backend_loads(tmp_path: Path) -> None:
     ds = make_tiny_dataset(tmp_path / "d")
     (ds.root / "images" / "two.png").unlink()

@@ -42,6 +42,7 @@ def _surrogate_policy() -> object:
     return LoneSurrogate()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("task", "arm"), [("dots", "tag"), ("cv", "video-p1"), ("cc", "cf-oe"), ("cc", "cf-mcq")])
 def test_lone_surrogate_reply_is_logged_losslessly_resumed_and_audited(
     task: str, arm: str, tiny_dataset, task_data, tmp_path: Path

@@ -135,6 +135,7 @@ from countgym.analysis.audit import audit_episodes  # noqa: E402
 from countgym.runner import make_env, run_episode  # noqa: E402
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arm", ["tag", "tag-1"])
 def test_both_protocols_give_the_same_log_and_audit(arm, tiny_dataset) -> None:
     recs = {}

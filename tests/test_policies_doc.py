@@ -25,6 +25,7 @@ def test_the_doc_has_one_example_per_task() -> None:
     assert set(_examples()) == {"countgym/DotArrays-v0", "countgym/CounterCount-v0", "countgym/CountVideo-v0"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env_id", ["countgym/DotArrays-v0", "countgym/CounterCount-v0", "countgym/CountVideo-v0"])
 def test_example_policy_runs_and_is_audited(
     env_id: str, tiny_dataset, tiny_countercount: Path, tiny_countvideo: Path, tmp_path: Path,

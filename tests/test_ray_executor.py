@@ -21,6 +21,8 @@ ray = pytest.importorskip("ray")
 
 from countgym.executors.ray_executor import run_sweep_ray  # noqa: E402
 
+pytestmark = pytest.mark.slow  # each test starts a local Ray instance
+
 PLUGINS = str(Path(__file__).parent / "plugins")
 NOISY = {"sigma": 8.0, "omission": 0.2, "duplicate": 0.2, "phantom": 0.2, "slip": 0.3}
 

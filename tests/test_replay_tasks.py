@@ -69,6 +69,7 @@ CF_OPTIONS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("options", CF_OPTIONS, ids=lambda o: "+".join(f"{k}={v}" for k, v in o.items()) or "plain")
 def test_countercount_replay_is_the_observation(cf_data: Path, tmp_path: Path, options: dict[str, Any]) -> None:
     ds = Dataset(cf_data)
@@ -142,6 +143,7 @@ def test_cli_replays_blur_and_video_episodes(cf_data: Path, video_data: Path, tm
     assert "--frames needs a video episode" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_report_viewer_shows_countercount_and_video_episodes(cf_data: Path, video_data: Path, tmp_path: Path) -> None:
     from countgym.analysis.tables import write_audit_files
 

@@ -27,6 +27,8 @@ from countgym.runner import CellSpec, run_cell
 from countgym.stimulus import Dataset
 from countgym.testing.server import TestServer
 
+pytestmark = pytest.mark.slow  # full reports over three tasks, figures measured
+
 CI_CELL = re.compile(r"^-?\d+\.\d\d \[-?\d+\.\d\d, -?\d+\.\d\d\]$")
 
 

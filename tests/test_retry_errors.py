@@ -80,6 +80,7 @@ def test_quota_429_stops_the_cell_with_one_line(tiny_dataset, tmp_path: Path, ca
     assert len(recs) == 9 and all(r.end == "answer" for r in recs)
 
 
+@pytest.mark.slow
 def test_errored_episodes_are_not_scored(tiny_dataset, tmp_path: Path) -> None:
     # 10 episodes, the first 4 calls fail: the model answered all 6 it was asked, correctly.
     with TestServer(schedule=["500"] * 4) as srv:

@@ -19,6 +19,7 @@ pytest.importorskip("transformers")
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "reinforce_tiny.py"
 
 
+@pytest.mark.slow
 def test_reinforce_example_logs_finite_loss_and_returns(tmp_path: Path) -> None:
     log = tmp_path / "steps.jsonl"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "2"}

@@ -175,6 +175,7 @@ def test_dry_run_redacts_credentials(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "sk-secret-123" not in out and "api_key=" in out
 
 
+@pytest.mark.slow
 def test_dry_run_into_a_closed_pipe_is_quiet(tmp_path: Path) -> None:
     cfg = tmp_path / "big.toml"
     # 3 arms x 400 seeds of budgets: far more output than a pipe buffer holds.

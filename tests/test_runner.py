@@ -94,6 +94,7 @@ def _cli(*args: str, env: dict | None = None) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "countgym", *args], env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
+@pytest.mark.slow
 def test_sigkill_at_random_moments_then_resume_gives_clean_set(tiny_dataset, tmp_path: Path) -> None:
     args = ["run", "--data", str(tiny_dataset.root), "--agent", "outside_policy:CentreTagger",
             "--agent-option", "delay=0.01", "--repeats", "12", "--concurrency", "3", "--no-progress"]

@@ -215,6 +215,7 @@ def test_factor_meta(stimuli: dict[str, Stimulus]) -> None:
 # --------------------------------------------------------------------------- pixels
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arrangement", ["regular", "random", "clustered"])
 def test_main_pixels_one_dark_blob_per_disc(arrangement: str) -> None:
     for spec in battery_specs("dotarrays-main"):

@@ -56,6 +56,7 @@ def _ids(out: Path) -> Counter:
     return Counter(r.episode_id for r in read_records([out]))
 
 
+@pytest.mark.slow
 def test_one_sweep_three_tasks_resumes_after_kill_and_audits_into_one_report(
     server, tiny_dataset, tiny_countercount: Path, tiny_countvideo: Path, tmp_path: Path,
     capsys: pytest.CaptureFixture[str],

@@ -88,6 +88,7 @@ def _errors(kind: str, sigma: float = 0.1, seeds: range = range(60)) -> list[int
     return [answer_of(model_reply(PROMPTS[kind], noise=sigma, seed=s)) - N for s in seeds]
 
 
+@pytest.mark.slow
 def test_noise_size_follows_the_arm_and_the_prompt() -> None:
     mae = {k: statistics.mean(abs(e) for e in _errors(k)) for k in ("tool", "list", "direct", "video-P2", "video-P3")}
     # Expected mean |error| ~ 0.8 * SIGMA * scale * n: tool 0.7, list 1.7, direct 2.9, P2 2.0, P3 4.0.
@@ -195,6 +196,7 @@ api_base = "{api_base}"
         return {row["arm"]: row for row in csv.DictReader(f)}
 
 
+@pytest.mark.slow
 def test_keyless_sweep_with_noise_shows_differences_between_arms(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -118,6 +118,7 @@ def test_oracle_stays_perfect_on_lattices_and_wide_images(wide_dataset: Dataset,
     assert _oracle_scores(str(res), tmp_path / "r3")["on_target_per100"] == pytest.approx(100.0)
 
 
+@pytest.mark.slow
 def test_oracle_stays_perfect_on_rotated_photos(tmp_path: Path) -> None:
     from countgym.scenes.photos import prepare_fsc147
     from tests.test_photos_fixtures import make_fsc147_release
@@ -170,6 +171,7 @@ def test_cached_copy_is_built_once_and_named(tiny_dataset: Dataset) -> None:
     assert split_transform("x+y") == ("x+y", None)
 
 
+@pytest.mark.slow
 def test_resolve_transformed_folder_name(tiny_dataset: Dataset) -> None:
     from countgym.scenes import resolve_dataset
 

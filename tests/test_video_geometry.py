@@ -163,6 +163,7 @@ def test_rejection_sampling_separation_and_region() -> None:
     assert geo.sample_positions(small, np.random.default_rng(0)) is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", dsg.balanced_subset(1)[::5])
 def test_generated_scenes(spec: dsg.VideoSpec) -> None:
     g = geo.generate_geometry(spec.n, spec.shape, spec.color, dsg.video_seed(spec))
@@ -194,6 +195,7 @@ def test_geometry_is_deterministic_golden() -> None:
     assert _digest(a) == GOLDEN_GEOMETRY
 
 
+@pytest.mark.slow
 def test_polar_angle_distribution_on_a_sample() -> None:
     # Paper (Appendix B): effective polar angle in [58.2, 65.0], mean 63.1, std 1.4.
     specs = select_specs(limit=60)
@@ -271,6 +273,7 @@ UNSEEN_BEFORE_CHECK = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("n", "shape", "color", "seed"), UNSEEN_BEFORE_CHECK)
 def test_visibility_check_shows_every_object(n: int, shape: str, color: str, seed: int) -> None:
     """Section 4.3: every object is visible in at least some frames (its origin in [0, 1]^2)."""
@@ -291,6 +294,7 @@ def test_visibility_check_keeps_passing_first_draws() -> None:
     assert np.array_equal(g.azimuth_offsets_deg, rng.uniform(-5.0, 5.0, size=5))
 
 
+@pytest.mark.slow
 def test_origin_height_is_a_diagnostic_only() -> None:
     """The ground truth tests the objects' origins (height 1); other heights are diagnostics
     (the calibration's readings)."""
@@ -302,6 +306,7 @@ def test_origin_height_is_a_diagnostic_only() -> None:
     assert leaving[0.0] != leaving[1.0]
 
 
+@pytest.mark.slow
 def test_calibration_reports_leaving_by_origin_height(capsys: pytest.CaptureFixture[str]) -> None:
     """``--origin-heights`` adds the leaving-frame figures at other heights to each cap's line;
     height 1 reproduces the ground truth's figures on the same videos."""

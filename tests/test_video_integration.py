@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import gymnasium as gym
+import pytest
 from gymnasium.utils.env_checker import check_env
 
 from countgym.analysis.tables import write_audit_files
@@ -21,6 +22,7 @@ def _tiny_video(tmp_path: Path) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_registered_single_step_envs_pass_check_env(tmp_path: Path) -> None:
     tiny = {"countgym/CountVideo-v0": str(_tiny_video(tmp_path))}  # the full set is 2,600 videos
     for env_id in SINGLE_STEP_ENVS:
@@ -29,6 +31,7 @@ def test_registered_single_step_envs_pass_check_env(tmp_path: Path) -> None:
         env.close()
 
 
+@pytest.mark.slow
 def test_countvideo_end_to_end(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-video")
     data = _tiny_video(tmp_path)
@@ -57,6 +60,7 @@ def test_countvideo_end_to_end(tmp_path: Path, monkeypatch) -> None:
     assert "EM (%) by object class" in files.report.read_text()
 
 
+@pytest.mark.slow
 def test_errored_video_episodes_are_counted_not_scored(tmp_path: Path) -> None:
     """A failed model call is no wrong answer: the bias table leaves it out and counts it."""
     import pandas as pd
@@ -81,6 +85,7 @@ def test_errored_video_episodes_are_counted_not_scored(tmp_path: Path) -> None:
     assert (row["errors"], row["n_items"], row["exact_match"], row["coverage"]) == (1, len(recs) - 1, 1.0, 1.0)
 
 
+@pytest.mark.slow
 def test_r80_is_never_fitted_on_video_episodes(tmp_path: Path) -> None:
     """R80 is the image-counting range of Give the Model a Finger: a CountVideoBench run (whose
     battery is its own main set) gets no R80 and no counting-range curve."""

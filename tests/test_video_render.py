@@ -98,6 +98,7 @@ def test_top_down_render_shows_every_object(shape: str, color: str) -> None:
     assert np.argmax(mean) == np.argmax(base)
 
 
+@pytest.mark.slow
 def test_make_countvideo_folder(tmp_path: Path) -> None:
     out = make_countvideo(tmp_path / "cv", limit=3, size=(64, 36), progress=False, workers=1)
     ds = Dataset(out)

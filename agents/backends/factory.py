@@ -8,12 +8,11 @@ from typing import Any
 from countgym.agents.backends.base import LITELLM_PREFIXES, LOCAL_PREFIXES, ChatModel
 
 
-def make_backend(model: str, **options: Any) -> ChatModel:
-    """Build the backend a model id names.
+def check_model_id(model: str) -> str:
+    """The backend family (``"local"`` or ``"litellm"``) a model id names, without loading it.
 
-    ``hf:<path or hub id>`` and ``local:<path>`` load a local model with transformers; provider
-    ids (``openai/...``, ``gemini/...``, ``anthropic/...``, ``openrouter/...``,
-    ``hosted_vllm/...`` and anything else litellm routes) go through litellm.
+    Raises ``UserError`` (one line) for an id no backend serves, so a run can refuse a
+    placeholder or mistyped id before it builds a dataset or imports a client library.
     """
     from countgym.errors import UserError
 
@@ -22,14 +21,26 @@ def make_backend(model: str, **options: Any) -> ChatModel:
             f"invalid model id {model!r}: use e.g. openai/gpt-4o-mini or hf:/path/to/model"
         )
     if model.startswith(LOCAL_PREFIXES):
-        from countgym.agents.backends.transformers_backend import TransformersBackend
-
-        return TransformersBackend(model.split(":", 1)[1], **options)
+        return "local"
     if model.startswith(LITELLM_PREFIXES) or "/" in model:
-        from countgym.agents.backends.litellm_backend import LiteLLMBackend
-
-        return LiteLLMBackend(model, **options)
+        return "litellm"
     raise UserError(
         f"cannot tell which backend serves model {model!r}: prefix it with a provider "
         "(openai/, gemini/, anthropic/, openrouter/, hosted_vllm/) or hf:/local: for a local model"
     )
+
+
+def make_backend(model: str, **options: Any) -> ChatModel:
+    """Build the backend a model id names.
+
+    ``hf:<path or hub id>`` and ``local:<path>`` load a local model with transformers; provider
+    ids (``openai/...``, ``gemini/...``, ``anthropic/...``, ``openrouter/...``,
+    ``hosted_vllm/...`` and anything else litellm routes) go through litellm.
+    """
+    if check_model_id(model) == "local":
+        from countgym.agents.backends.transformers_backend import TransformersBackend
+
+        return TransformersBackend(model.split(":", 1)[1], **options)
+    from countgym.agents.backends.litellm_backend import LiteLLMBackend
+
+    return LiteLLMBackend(model, **options)
