@@ -41,6 +41,7 @@ from PIL import Image
 from countgym.agents.backends.base import (
     ChatModel,
     Message,
+    encoded_image,
     image_part,
     message,
     sum_cost,
@@ -260,6 +261,9 @@ class ChatPolicy:
     def act(self, observation: dict[str, Any]) -> Reply:
         """One model call on the conversation so far plus this observation."""
         request = self.request(observation)
+        # The request holds the image (encoded, for a data-URL backend): the observation's
+        # pixels can go while the model thinks (memory per episode in flight).
+        del observation
         if self.native:
             return self.record(self.model.complete(request, tools=self.tools))  # type: ignore[call-arg]
         return self.record(self.model.complete(request))
@@ -269,7 +273,10 @@ class ChatPolicy:
         messages to send (context policy applied)."""
         parts = []
         if observation.get("image") is not None:
-            parts.append(image_part(observation["image"]))
+            image = observation["image"]
+            # A backend that sends PNG data URLs gets the image encoded now, and the history
+            # keeps those bytes, not the pixels.
+            parts.append(image_part(encoded_image(image) if getattr(self.model, "sends_data_urls", False) else image))
         parts.append(text_part(str(observation.get("text", ""))))
         calls = self.history[-1].get("tool_calls") if self.history else None
         if self.native and calls:

@@ -1,5 +1,6 @@
 """Start-up: CPU seconds from interpreter start to the first model request of ``countgym run``
-(tag arm, litellm backend, the local test server), and to the run's notice of what it loads.
+(tag arm, the local test server; ``transport`` "auto" is the direct OpenAI-compatible path, which
+loads no litellm, "litellm" forces litellm), and to the run's notice of what it loads.
 
 Target: the first request within 1 s of CPU, or the run says what it is loading before then.
 
@@ -48,7 +49,7 @@ raise SystemExit(main(ARGS))
 """
 
 
-def bench_startup() -> dict[str, Any]:
+def bench_startup(transport: str = "auto") -> dict[str, Any]:
     """One ``countgym run --limit 1`` in a fresh process against the local test server."""
     proc, url = _start_server(0.0)
     try:
@@ -56,7 +57,7 @@ def bench_startup() -> dict[str, Any]:
             ds = _dataset(Path(tmp) / "data", 1)
             args = ["run", "--data", str(ds.root), "--agent", "tag", "--model", "openai/blob",
                     "--agent-option", f"api_base={url}", "--out", str(Path(tmp) / "runs"), "--limit", "1",
-                    "--no-progress"]
+                    "--no-progress", "--agent-option", f"transport={transport}"]
             code = f"HEAVY = {HEAVY!r}\nARGS = {args!r}\n" + PROBE
             out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                                  env={**os.environ, "OPENAI_API_KEY": "sk-bench-not-a-key"})
@@ -71,7 +72,7 @@ def bench_startup() -> dict[str, Any]:
     first = float(request[0])
     said = f"notice of what it loads at {notice:.2f} s" if notice is not None else "no notice"
     return {
-        "name": "start-up: countgym run to its first model request (CPU)",
+        "name": f"start-up: countgym run to its first model request (CPU; transport {transport})",
         "value": f"{first:.2f} s ({said}; loaded then: {request[1]})",
         "target": "<= 1 s, or a notice before 1 s",
         "ok": first <= 1.0 or (notice is not None and notice <= 1.0),

@@ -30,6 +30,7 @@ from countgym.envs.actions import Reply
 from countgym.errors import ProviderQuotaError, UserError
 from countgym.limits import MAX_CONCURRENCY, MAX_REPEATS
 from countgym.logs import ArmSpec, EpisodeRecord, LogWriter, Truth, redact, utcnow
+from countgym.malloc import pin_mmap_threshold
 from countgym.stimulus import Dataset
 from countgym.task import Task
 
@@ -125,8 +126,12 @@ def _run_episode(
         obs, *_ = env.step(Reply(text="", error=f"policy reset failed: {type(e).__name__}: {e}"))
         return env.episode_record()
     for _ in range(max_steps):
+        # Hand the observation over without keeping it here: a policy that holds its image
+        # encoded lets the pixels go while the model call is in flight.
+        pending = [obs]
+        del obs
         try:
-            action = policy.act(obs)
+            action = policy.act(pending.pop())
         except ProviderQuotaError:
             raise
         except Exception as e:  # noqa: BLE001
@@ -387,6 +392,10 @@ def _run_cell_locked(
     def over_budget() -> bool:
         return max_cost is not None and result.cost >= max_cost
 
+    if concurrency > 1:
+        # Many episodes render and encode images on as many threads: keep freed buffers from
+        # piling up in the allocator's per-thread heaps (``countgym.malloc``).
+        pin_mmap_threshold()
     try:
         result.stopped_by_cost = run_pairs(todo, one, record, over_budget, concurrency)
     finally:

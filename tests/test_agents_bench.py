@@ -16,23 +16,28 @@ def _run(n_calls: int, wall: float, cpu: float, rss: float, episodes: int = 256)
             "errors": 0, "correct": episodes}
 
 
-def test_rows_use_rounds_for_the_ideal_and_compare_with_zero_cost_and_inspect() -> None:
+def test_rows_use_rounds_for_the_ideal_and_compare_each_path_with_zero_cost_and_inspect() -> None:
     import bench_harness as bh
 
-    runs = {"zero-cost": _run(512, 8.0, 2.0, 300), "litellm": _run(512, 8.5, 5.12, 400),
-            "inspect": _run(512, 9.0, 7.68, 200)}
+    runs = {"zero-cost": _run(512, 8.0, 2.0, 300), "direct": _run(512, 8.5, 5.12, 250),
+            "litellm": _run(512, 16.0, 6.4, 400), "inspect": _run(512, 9.0, 7.68, 200)}
+    runs["direct"]["server_cpu_s"] = 1.024
     rows = bh._rows(runs, 256, 64, 1.0)
-    zero, ours, cpu, mem = rows
+    zero, direct, lite, dcpu, dmem, lcpu, lmem = rows
     assert "100% of ideal (8.0 s vs 8.0 s)" in zero["value"]  # 4 rounds x 2 calls x 1 s
-    assert ours["value"].startswith("0.94 ") and ours["ok"] is True
-    assert cpu["value"].startswith("0.67x (10.0 vs 15.0 ms/call)") and cpu["ok"] is True
-    assert mem["value"].startswith("2.00x (400 vs 200 MiB)") and mem["ok"] is False
+    assert direct["name"].startswith("harness direct throughput") and direct["value"].startswith("0.94 ")
+    assert direct["ok"] is True and "server 2.0 ms CPU/call" in direct["value"]
+    assert lite["name"].startswith("harness litellm throughput") and lite["value"].startswith("0.50 ") and lite["ok"] is False
+    assert dcpu["value"].startswith("0.67x (10.0 vs 15.0 ms/call)") and dcpu["ok"] is True
+    assert dmem["value"].startswith("1.25x (250 vs 200 MiB)") and dmem["ok"] is True
+    assert lcpu["value"].startswith("0.83x (12.5 vs 15.0 ms/call)") and lcpu["ok"] is False
+    assert lmem["value"].startswith("2.00x (400 vs 200 MiB)") and lmem["ok"] is False
 
 
 def test_rows_note_a_missing_inspect_venv() -> None:
     import bench_harness as bh
 
-    rows = bh._rows({"zero-cost": _run(512, 8.0, 2.0, 300), "litellm": _run(512, 16.0, 5.12, 400)}, 256, 64, 1.0)
+    rows = bh._rows({"zero-cost": _run(512, 8.0, 2.0, 300), "direct": _run(512, 16.0, 5.12, 400)}, 256, 64, 1.0)
     assert len(rows) == 4
     assert rows[1]["ok"] is False and rows[1]["value"].startswith("0.50 ")
     assert all(r["ok"] is None and "skipped" in r["value"] for r in rows[2:])
@@ -54,10 +59,11 @@ def test_bench_harness_smoke(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
     monkeypatch.setattr(bh, "INSPECT_PYTHON", tmp_path / "absent" / "python")
     rows = bh.bench_harness(n_episodes=4, concurrency=2, latency_s=0.0)
     assert [r["name"].split(":")[0].split(" (")[0] for r in rows] == [
-        "harness zero-cost", "harness litellm throughput vs zero-cost", "harness CPU per call vs Inspect AI",
-        "harness peak memory vs Inspect AI"]
-    assert "(8 calls, 0 errors, 4 correct)" in rows[1]["name"]
-    assert "skipped" in rows[2]["value"]
+        "harness zero-cost", "harness direct throughput vs zero-cost", "harness litellm throughput vs zero-cost",
+        "harness direct CPU per call vs Inspect AI", "harness direct peak memory vs Inspect AI",
+        "harness litellm CPU per call vs Inspect AI", "harness litellm peak memory vs Inspect AI"]
+    assert "(8 calls, 0 errors, 4 correct)" in rows[1]["name"] and "(8 calls, 0 errors, 4 correct)" in rows[2]["name"]
+    assert "skipped" in rows[3]["value"]
 
 
 @pytest.mark.slow
@@ -65,6 +71,8 @@ def test_bench_startup_sees_the_notice_before_the_first_request() -> None:
     pytest.importorskip("litellm")
     import bench_startup
 
-    row = bench_startup.bench_startup()
+    row = bench_startup.bench_startup("litellm")
     assert row["notice_cpu_s"] is not None and row["notice_cpu_s"] < row["first_request_cpu_s"]
     assert "loaded then: litellm" in row["value"]
+    direct = bench_startup.bench_startup()  # openai/ with an api_base: nothing to announce
+    assert direct["notice_cpu_s"] is None and "litellm" not in direct["value"].split("loaded then:")[1]

@@ -168,3 +168,23 @@ def test_cli_rejects_bad_faults(capsys: pytest.CaptureFixture[str]) -> None:
     assert e.value.code == 2
     assert testserver.main(["--faults", "teapot=0.5"]) == 2
     assert "unknown fault" in capsys.readouterr().err
+
+
+def test_image_analysis_is_cached_by_payload(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Clients re-send the same views: the server decodes and searches each payload once.
+    calls: list[str] = []
+    real = testserver.detect_blobs
+    monkeypatch.setattr(testserver, "detect_blobs", lambda img, **kw: calls.append("x") or real(img, **kw))
+    testserver._blobs_of.cache_clear()
+    img = disc_image()
+    msgs = [user(T.DIRECT.format(obj="dots"), img)]
+    assert [testserver.model_reply(msgs) for _ in range(3)] == ["ANSWER: 4"] * 3
+    assert len(calls) == 1
+    # Another image (the same text) is analysed afresh: the key is the payload itself.
+    other = [user(T.DIRECT.format(obj="dots"), disc_image(DISCS[:2]))]
+    assert testserver.model_reply(other) == "ANSWER: 2" and len(calls) == 2
+    # A caller that changes the points it got back does not change the cached answer.
+    pts, _ = testserver._normalised_blobs(msgs[0]["content"][0]["image_url"]["url"], "dark")
+    pts[0][0] = -1
+    again, _ = testserver._normalised_blobs(msgs[0]["content"][0]["image_url"]["url"], "dark")
+    assert again[0][0] != -1 and len(calls) == 2

@@ -53,11 +53,12 @@ class _NoSleep(list):
 
 
 @pytest.mark.slow
-def test_trickling_reply_ends_each_attempt_at_its_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("transport", ["direct", "litellm"])
+def test_trickling_reply_ends_each_attempt_at_its_deadline(monkeypatch: pytest.MonkeyPatch, transport: str) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-deadline")
     with TestServer(faults={"trickle": 1.0}, trickle_interval_s=TRICKLE_S) as srv:
         be = LiteLLMBackend("openai/blob", api_base=srv.base_url, timeout_s=3, max_attempts=2,
-                            sleep=_NoSleep(), seed=0)
+                            sleep=_NoSleep(), seed=0, transport=transport)
         t0 = time.monotonic()
         r = finishes_within(30, lambda: be.complete([message("user", text_part("How many? ANSWER: n"))]))
         elapsed = time.monotonic() - t0
@@ -68,12 +69,13 @@ def test_trickling_reply_ends_each_attempt_at_its_deadline(monkeypatch: pytest.M
 
 
 @pytest.mark.slow
-def test_episode_deadline_bounds_all_calls_of_an_episode(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("transport", ["direct", "litellm"])
+def test_episode_deadline_bounds_all_calls_of_an_episode(monkeypatch: pytest.MonkeyPatch, transport: str) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-deadline")
     with TestServer(faults={"trickle": 1.0}, trickle_interval_s=TRICKLE_S) as srv:
         # Per attempt 3 s, 50 attempts: 150 s per call, but the episode has only 4 s.
         be = LiteLLMBackend("openai/blob", api_base=srv.base_url, timeout_s=3, max_attempts=50,
-                            backoff_base_s=0.01, episode_timeout_s=4, seed=0)
+                            backoff_base_s=0.01, episode_timeout_s=4, seed=0, transport=transport)
 
         def episode() -> list[Any]:
             with episode_scope():

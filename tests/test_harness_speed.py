@@ -126,7 +126,8 @@ def test_cli_and_run_entry_import_nothing_heavy() -> None:
 
 
 @pytest.mark.slow
-def test_a_cli_run_names_litellm_before_loading_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("transport", ["litellm", "auto"])
+def test_a_cli_run_names_litellm_before_loading_it(tmp_path: Path, transport: str) -> None:
     pytest.importorskip("litellm")
     from countgym.testing.server import TestServer
 
@@ -145,13 +146,17 @@ def test_a_cli_run_names_litellm_before_loading_it(tmp_path: Path) -> None:
             "import countgym.cli as cli; cli._announce_slow_imports = spy\n"
             f"rc = main(['run', '--data', {str(ds.root)!r}, '--agent', 'direct', '--model', 'openai/blob',\n"
             f"           '--agent-option', 'api_base={srv.base_url}', '--out', {str(tmp_path / 'runs')!r},\n"
-            "           '--limit', '1', '--no-progress'])\n"
-            "print('rc', rc, 'seen', seen)\n"
+            f"           '--limit', '1', '--no-progress', '--agent-option', 'transport={transport}'])\n"
+            "print('rc', rc, 'seen', seen, 'imported', 'litellm' in sys.modules)\n"
         )
         out = _python(code, OPENAI_API_KEY="sk-test-not-a-key")
     assert out.returncode == 0, out.stderr
-    assert "countgym: loading litellm" in out.stderr
-    assert "rc 0 seen [False]" in out.stdout  # said before the import, once
+    if transport == "litellm":
+        assert "countgym: loading litellm" in out.stderr
+        assert "rc 0 seen [False] imported True" in out.stdout  # said before the import, once
+    else:  # openai/ with an api_base: the direct transport, which never imports litellm
+        assert "loading litellm" not in out.stderr
+        assert "rc 0 seen [] imported False" in out.stdout
 
 
 @pytest.mark.slow
@@ -178,3 +183,79 @@ def test_a_user_mistake_is_one_line_before_any_backend_loads(tmp_path: Path) -> 
     assert out.stdout.strip() == "rc 2 False", out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("countgym: error:") and "two.png" in lines[0]
+
+
+def test_encoded_image_holds_the_png_and_gives_the_pixels_back() -> None:
+    a = np.random.default_rng(2).integers(0, 256, (30, 40, 3), dtype=np.uint8)
+    enc = base.encoded_image(a)
+    assert isinstance(enc, base.EncodedImage) and enc.shape == (30, 40, 3)
+    assert png_data_url(enc) is enc.url == png_data_url(a)
+    assert np.array_equal(np.asarray(enc), a) and np.asarray(enc, dtype=np.float32).dtype == np.float32
+    assert "characters" in repr(enc) and len(repr(enc)) < 80
+    odd = np.zeros((3, 3), np.float64)
+    assert base.encoded_image(odd) is odd  # not a uint8 image: left as it is
+
+
+def test_pixels_are_released_while_the_model_call_is_in_flight(tiny_dataset: Dataset, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Memory per episode in flight: once the request holds the image as PNG bytes, nothing
+    # (runner, policy, history) keeps the tag render's pixels alive during the model call.
+    import gc
+    import weakref
+
+    from countgym.agents.arms import arm_env_options, make_arm_policy
+    from countgym.agents.backends.litellm_backend import LiteLLMBackend
+    from countgym.runner import make_env, run_episode
+    from countgym.testing.server import TestServer
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-release")
+    renders: list[weakref.ref] = []
+    real = CountImageEnv._observation
+
+    def spy(self, *a, **kw):
+        obs = real(self, *a, **kw)
+        if self.state is not None and self.state.tags:
+            renders.append(weakref.ref(obs["image"]))
+        return obs
+
+    monkeypatch.setattr(CountImageEnv, "_observation", spy)
+    alive: list[bool] = []
+
+    class Watching(LiteLLMBackend):
+        def complete(self, messages, **kw):
+            gc.collect()
+            alive.extend(r() is not None for r in renders)
+            images = [p["image"] for m in messages if isinstance(m.get("content"), list) for p in m["content"] if p.get("type") == "image"]
+            assert all(isinstance(i, base.EncodedImage) for i in images)
+            return super().complete(messages, **kw)
+
+    with TestServer() as srv:
+        be = Watching("openai/blob", api_base=srv.base_url)
+        env = make_env(tiny_dataset, arm_env_options("tag"), arm="tag", model="openai/blob")
+        rec = run_episode(env, make_arm_policy("tag", be), "four")
+    assert rec.end == "answer" and renders  # the episode tagged, then answered
+    assert alive and not any(alive)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_mmap_threshold_is_pinned_once_unless_the_user_set_it() -> None:
+    code = "from countgym.malloc import pin_mmap_threshold as p; print(p(), p())"
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_MMAP_THRESHOLD_"}
+    libc = os.confstr("CS_GNU_LIBC_VERSION") if hasattr(os, "confstr") else None
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.split() == (["True", "True"] if libc and libc.startswith("glibc") else ["False", "False"])
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**env, "MALLOC_MMAP_THRESHOLD_": "65536"})
+    assert out.stdout.split() == ["False", "False"]  # the user's own setting stays
+
+
+def test_concurrent_cells_pin_the_threshold(tiny_dataset: Dataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from countgym import runner
+    from countgym.agents.scripted import Oracle
+
+    pinned: list[int] = []
+    monkeypatch.setattr(runner, "pin_mmap_threshold", lambda: pinned.append(1) or True)
+    spec = runner.CellSpec(dataset=str(tiny_dataset.root), agent="oracle", env_options={"tools": ["tag"]})
+    runner.run_cell(spec, tmp_path / "a", policy_factory=Oracle, dataset=tiny_dataset, concurrency=1, progress=False)
+    assert pinned == []
+    runner.run_cell(spec, tmp_path / "b", policy_factory=Oracle, dataset=tiny_dataset, concurrency=4, progress=False)
+    assert pinned == [1]

@@ -38,6 +38,7 @@ from typing import Any
 
 from countgym.agents.backends.base import BaseChatModel, Message, png_data_url
 from countgym.agents.backends.litellm_import import load_litellm as _litellm
+from countgym.agents.backends.openai_direct import DirectTransport, request_body
 from countgym.agents.backends.reasoning import ReasoningRequest, reasoning_request
 from countgym.deadlines import episode_elapsed
 from countgym.envs.actions import Reply
@@ -110,6 +111,11 @@ class LiteLLMBackend(BaseChatModel):
             the model; when given they take precedence over litellm's cost map.
         extra_params: passed through to ``litellm.completion`` (e.g. ``{"top_p": 1}``).
         batch_concurrency: threads ``complete_batch`` uses.
+        transport: "direct" posts to ``{api_base}/chat/completions`` with a pooled async HTTP
+            client and never imports litellm (``agents.backends.openai_direct``); "litellm" calls
+            ``litellm.acompletion``; "auto" (default) is "direct" for an ``openai/`` model with an
+            ``api_base`` (unless the name is one of OpenAI's own: ``gpt-...``, ``o3-...``) and
+            "litellm" otherwise. Without prices the direct path's cost is None.
         seed: seed of the backoff jitter.
         sleep: the sleeping function (tests record the waits instead of sleeping).
     """
@@ -136,19 +142,23 @@ class LiteLLMBackend(BaseChatModel):
         output_cost_per_token: float | None = None,
         extra_params: dict[str, Any] | None = None,
         batch_concurrency: int = 8,
+        transport: str = "auto",
         seed: int | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        if importlib.util.find_spec("litellm") is None:
-            raise MissingExtraError("litellm", "api")
+        self.transport = _transport(transport, model, api_base)
+        needed = "httpx" if self.transport == "direct" else "litellm"
+        if importlib.util.find_spec(needed) is None:
+            raise MissingExtraError(needed, "api")
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
         if not timeout_s > 0 or (episode_timeout_s is not None and not episode_timeout_s > 0):
             raise ValueError(f"timeout_s and episode_timeout_s must be > 0, got {timeout_s}, {episode_timeout_s}")
         register_secret(api_key)
         register_url_secrets(api_base)
-        # Import now (seconds), so that the first episode's deadline does not pay for it.
-        _litellm()
+        if self.transport == "litellm":
+            # Import now (seconds), so that the first episode's deadline does not pay for it.
+            _litellm()
         self.model = model
         self.api_base = api_base
         self._api_key = api_key
@@ -173,10 +183,17 @@ class LiteLLMBackend(BaseChatModel):
         self._rng = random.Random(seed)
         self._rng_lock = threading.Lock()
         self._sleep = sleep
+        self._direct = None
+        if self.transport == "direct":
+            headers = self.extra_params.get("extra_headers")
+            self._direct = DirectTransport(api_base or "", api_key, headers if isinstance(headers, dict) else None)
+
+    sends_data_urls = True
+    """Images go out as PNG data URLs: policies may hold them encoded (``EncodedImage``)."""
 
     def __repr__(self) -> str:  # never show the key
         api_base = redact_url(self.api_base) if self.api_base else None
-        return f"LiteLLMBackend(model={self.model!r}, api_base={api_base!r})"
+        return f"LiteLLMBackend(model={self.model!r}, api_base={api_base!r}, transport={self.transport!r})"
 
     def provider_params(self) -> dict[str, Any]:
         """The provider parameters worth logging (no key)."""
@@ -272,13 +289,15 @@ class LiteLLMBackend(BaseChatModel):
     def _call(
         self, wire: list[dict[str, Any]], budget_s: float, tools: list[dict[str, Any]] | None = None
     ) -> Any:
-        """One attempt: ``litellm.acompletion`` on the background loop, cancelled (connection
-        closed) when the whole reply has not arrived within ``budget_s`` seconds."""
-        litellm = _litellm()
-        kwargs = self._kwargs(wire, budget_s)
-        if tools:
-            kwargs["tools"] = tools
-        coro = asyncio.wait_for(litellm.acompletion(**kwargs), budget_s)
+        """One attempt on the background loop (a direct POST or ``litellm.acompletion``),
+        cancelled (connection closed) when the whole reply has not arrived within ``budget_s``."""
+        if self._direct is not None:
+            coro = asyncio.wait_for(self._direct.complete(self._direct_body(wire, tools)), budget_s)
+        else:
+            kwargs = self._kwargs(wire, budget_s)
+            if tools:
+                kwargs["tools"] = tools
+            coro = asyncio.wait_for(_litellm().acompletion(**kwargs), budget_s)
         future = asyncio.run_coroutine_threadsafe(coro, _event_loop())
         try:
             return future.result(timeout=budget_s + _CANCEL_GRACE_S)
@@ -287,6 +306,19 @@ class LiteLLMBackend(BaseChatModel):
             raise _AttemptDeadline(
                 f"no complete reply within {budget_s:.1f} s (total deadline of one attempt)"
             ) from None
+
+    def _direct_body(self, wire: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> bytes:
+        """The request body the direct transport sends: what litellm sends for this model."""
+        params: dict[str, Any] = {}
+        if self.temperature is not None:
+            params["temperature"] = self.temperature
+        if self.max_tokens is not None:
+            params["max_tokens"] = self.max_tokens
+        if tools:
+            params["tools"] = tools
+        params.update(self.reasoning.params)
+        params.update(self.extra_params)
+        return request_body(self.model, wire, params)
 
     def _kwargs(self, wire: list[dict[str, Any]], budget_s: float) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
@@ -346,6 +378,8 @@ class LiteLLMBackend(BaseChatModel):
             return usage.prompt_tokens * (
                 self.input_cost_per_token or 0.0
             ) + usage.completion_tokens * (self.output_cost_per_token or 0.0)
+        if self._direct is not None:
+            return None  # an endpoint of one's own has no price list: unknown unless given
         # litellm prices every response it returns; reuse that instead of pricing it twice.
         hidden = getattr(response, "_hidden_params", None) or {}
         if "response_cost" in hidden:
@@ -436,6 +470,27 @@ def _reasoning_request(
             note=f"thinking_off_effort={thinking_off_effort!r} set by the user",
         )
     return reasoning_request(model, reasoning, api_base=api_base, max_tokens=max_tokens)
+
+
+TRANSPORTS = ("auto", "direct", "litellm")
+_OPENAI_NAMES = re.compile(r"(?i)(gpt-|o\d|chatgpt-|text-|davinci|babbage|codex|computer-use)")
+
+
+def _transport(transport: str, model: str, api_base: str | None) -> str:
+    """The transport ``transport`` resolves to for this model ("direct" or "litellm")."""
+    from countgym.errors import UserError
+
+    if transport not in TRANSPORTS:
+        raise UserError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
+    direct_ok = model.startswith("openai/") and len(model) > len("openai/") and bool(api_base)
+    if transport == "direct" and not direct_ok:
+        raise UserError(f"transport 'direct' needs an openai/<name> model and an api_base, got {model!r}"
+                        + ("" if api_base else " without api_base"))
+    if transport == "auto":
+        # OpenAI's own model names behind an api_base (a proxy of OpenAI) keep litellm, which
+        # knows their parameter rules (no temperature for o-series, max_completion_tokens) and prices.
+        return "direct" if direct_ok and not _OPENAI_NAMES.match(model.split("/", 1)[1]) else "litellm"
+    return transport
 
 
 def _warn_if_not_disabled(model: str, req: ReasoningRequest) -> None:

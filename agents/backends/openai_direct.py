@@ -1,0 +1,175 @@
+"""The direct OpenAI-compatible transport: ``POST {api_base}/chat/completions`` with one pooled
+``httpx.AsyncClient`` per backend, for ``openai/<name>`` models served at an ``api_base`` (vLLM,
+SGLang, the local test server).
+
+It sends the body litellm sends for such a model (the name after ``openai/``, the messages,
+temperature, max_tokens, tools, the reasoning parameters and any extra parameters) and raises the
+errors the retry policy of ``litellm_backend`` classifies: an HTTP error status arrives as an
+exception named like litellm's (``RateLimitError``, ``AuthenticationError``,
+``ContextWindowExceededError``, ...) carrying ``status_code`` and the response headers (for
+``Retry-After``). It never imports litellm: no import seconds, no per-call request building,
+logging or cost-map lookups. Replies are untrusted: a body that is not the chat-completion shape
+raises ``MalformedReply``, which the retry policy treats as transient.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from types import SimpleNamespace
+from typing import Any
+
+from countgym.limits import MAX_CONCURRENCY
+
+_ERROR_NAMES = {
+    400: "BadRequestError",
+    401: "AuthenticationError",
+    403: "PermissionDeniedError",
+    404: "NotFoundError",
+    408: "Timeout",
+    422: "UnprocessableEntityError",
+    429: "RateLimitError",
+    500: "InternalServerError",
+    503: "ServiceUnavailableError",
+}
+# Parameters litellm itself consumes; anything else in ``extra_params`` goes into the body.
+_LITELLM_ONLY = frozenset({"drop_params", "num_retries", "max_retries", "timeout", "api_base", "api_key",
+                           "extra_headers", "extra_body", "custom_llm_provider"})
+
+
+class ProviderHTTPError(Exception):
+    """An HTTP error status from the server (subclassed per status, named like litellm's)."""
+
+    def __init__(self, status_code: int, message: str, headers: dict[str, str]) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.message = message
+        self.headers = headers
+
+
+class MalformedReply(Exception):
+    """A 2xx response whose body is not a chat completion."""
+
+
+_CLASSES: dict[str, type[ProviderHTTPError]] = {}
+
+
+def _error_class(name: str) -> type[ProviderHTTPError]:
+    if name not in _CLASSES:
+        _CLASSES[name] = type(name, (ProviderHTTPError,), {})
+    return _CLASSES[name]
+
+
+def http_error(status: int, body: bytes, headers: dict[str, str]) -> ProviderHTTPError:
+    """The exception for an error response: its class names the status the way litellm does."""
+    message, code = "", ""
+    try:
+        err = json.loads(body).get("error")
+        if isinstance(err, dict):
+            message, code = str(err.get("message") or ""), str(err.get("code") or err.get("type") or "")
+        elif err is not None:
+            message = str(err)
+    except (ValueError, AttributeError, TypeError):
+        message = body[:300].decode("utf-8", "replace")
+    name = _ERROR_NAMES.get(status, "APIError" if status >= 500 else "BadRequestError")
+    low = f"{message} {code}".lower()
+    if status == 400 and ("context_length_exceeded" in low or "maximum context length" in low):
+        name = "ContextWindowExceededError"
+    elif status == 400 and "content_policy" in low:
+        name = "ContentPolicyViolationError"
+    text = f"OpenAIException - HTTP {status}: {message or 'no message'}" + (f" ({code})" if code else "")
+    return _error_class(name)(status, text, headers)
+
+
+def _obj(x: Any) -> Any:
+    """JSON as attribute objects, the shape the backend reads replies in."""
+    if isinstance(x, dict):
+        return SimpleNamespace(**{str(k): _obj(v) for k, v in x.items()})
+    if isinstance(x, list):
+        return [_obj(v) for v in x]
+    return x
+
+
+def parse_reply(raw: bytes) -> Any:
+    """A chat-completion body as attribute objects; ``MalformedReply`` for any other shape."""
+    try:
+        data = json.loads(raw)
+    except ValueError as e:
+        raise MalformedReply(f"reply is not JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise MalformedReply("reply is not a JSON object")
+    choices = data.get("choices")
+    if choices is not None and not isinstance(choices, list):
+        raise MalformedReply("reply 'choices' is not a list")
+    for c in choices or []:
+        msg = c.get("message") if isinstance(c, dict) else None
+        if not isinstance(msg, dict) or not isinstance(msg.get("content"), str | None):
+            raise MalformedReply("reply choice has no message with text content")
+        if not isinstance(msg.get("tool_calls"), list | None):
+            raise MalformedReply("reply 'tool_calls' is not a list")
+    usage = data.get("usage")
+    if usage is not None and not isinstance(usage, dict):
+        data["usage"] = None
+    elif usage is not None:
+        # Token counts that are not integers are unknown, not a crash further down.
+        for k in ("prompt_tokens", "completion_tokens"):
+            if not isinstance(usage.get(k), int | None) or isinstance(usage.get(k), bool):
+                usage[k] = None
+        details = usage.get("completion_tokens_details")
+        if details is not None and (not isinstance(details, dict) or not isinstance(details.get("reasoning_tokens"), int | None)):
+            usage["completion_tokens_details"] = None
+    return _obj(data)
+
+
+def request_body(model: str, wire: list[dict[str, Any]], params: dict[str, Any]) -> bytes:
+    """The JSON body: ``model`` without its ``openai/`` prefix, the messages, then ``params``
+    (temperature, max_tokens, tools, reasoning and extra parameters; ``extra_body`` merged in,
+    litellm's own options left out), encoded once."""
+    body: dict[str, Any] = {"model": model.split("/", 1)[1], "messages": wire}
+    for k, v in params.items():
+        if k not in _LITELLM_ONLY:
+            body[k] = v
+    extra = params.get("extra_body")
+    if isinstance(extra, dict):
+        body.update(extra)
+    # One str and one bytes copy of the images' base64; the str dies before the request is sent.
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+class DirectTransport:
+    """One pooled async HTTP client per process, created on the event loop it serves."""
+
+    def __init__(self, api_base: str, api_key: str | None, extra_headers: dict[str, str] | None = None,
+                 max_connections: int = MAX_CONCURRENCY) -> None:
+        self.url = api_base.rstrip("/") + "/chat/completions"
+        self._api_key = api_key
+        self._extra_headers = dict(extra_headers or {})
+        self._max_connections = max_connections
+        self._client: Any = None
+        self._pid = 0
+
+    def _headers(self) -> dict[str, str]:
+        # A local server needs no key, but send one as the OpenAI SDK does (OPENAI_API_KEY or a placeholder).
+        key = self._api_key or os.environ.get("OPENAI_API_KEY") or "no-key"
+        return {"Authorization": f"Bearer {key}", "Content-Type": "application/json",
+                "Accept": "application/json", **self._extra_headers}
+
+    def _http(self) -> Any:
+        """The client (made on first use in this process, on the running loop)."""
+        if self._client is None or self._pid != os.getpid():
+            import httpx
+
+            limits = httpx.Limits(max_connections=self._max_connections,
+                                  max_keepalive_connections=self._max_connections)
+            # No httpx timeouts: the caller's total deadline (asyncio.wait_for) bounds each attempt.
+            self._client = httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(None))
+            self._pid = os.getpid()
+        return self._client
+
+    async def complete(self, body: bytes) -> Any:
+        """POST one chat request; the parsed reply, or the exception its status or body calls for."""
+        response = await self._http().post(self.url, content=body, headers=self._headers())
+        raw = response.content
+        if response.status_code >= 300:
+            raise http_error(response.status_code, raw, dict(response.headers))
+        return parse_reply(raw)
