@@ -81,7 +81,7 @@ this table equal to the arms the runner builds)."""
 PROVENANCE_KEYS = frozenset({
     "provider", "api_base", "api_key", "timeout_s", "max_attempts", "max_total_wait_s",
     "backoff_base_s", "backoff_max_s", "input_cost_per_token", "output_cost_per_token",
-    "batch_concurrency",
+    "batch_concurrency", "transport",
 })  # fmt: skip
 """Options that record where and how a model was called, not what the arm did (the model is
 its own column); they never make two runs different arms."""

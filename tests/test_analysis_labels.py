@@ -24,6 +24,13 @@ def test_provider_and_endpoint_do_not_make_variants() -> None:
     assert arm_labels([a, b]) == ["tag", "tag"]
 
 
+def test_the_transport_does_not_make_a_variant() -> None:
+    base = {**ARMS["tag"].env_options(), "tools": ["tag"]}
+    a = rec("tag", **base, transport="litellm")
+    b = rec("tag", **base)
+    assert arm_labels([a, b]) == ["tag", "tag"]
+
+
 def test_arm_defaults_are_not_ablations() -> None:
     direct = rec("direct", **ARMS["direct"].env_options())
     tag = rec("tag", **ARMS["tag"].env_options())

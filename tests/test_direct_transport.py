@@ -100,6 +100,13 @@ def test_auto_picks_direct_only_for_openai_with_an_api_base() -> None:
     assert LiteLLMBackend("hosted_vllm/blob", api_base="http://127.0.0.1:9/v1").transport == "litellm"
 
 
+def test_the_transport_is_recorded_with_the_provider_parameters() -> None:
+    assert LiteLLMBackend("openai/blob", api_base="http://127.0.0.1:9/v1").provider_params()["transport"] == "direct"
+    pytest.importorskip("litellm")
+    slow = LiteLLMBackend("openai/blob", api_base="http://127.0.0.1:9/v1", transport="litellm")
+    assert slow.provider_params()["transport"] == "litellm"
+
+
 @pytest.mark.parametrize(
     ("model", "api_base", "transport", "match"),
     [

@@ -147,9 +147,9 @@ class LiteLLMBackend(BaseChatModel):
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.transport = _transport(transport, model, api_base)
-        needed = "httpx" if self.transport == "direct" else "litellm"
-        if importlib.util.find_spec(needed) is None:
-            raise MissingExtraError(needed, "api")
+        # httpx is a core dependency; only the litellm transport needs the 'api' extra.
+        if self.transport == "litellm" and importlib.util.find_spec("litellm") is None:
+            raise MissingExtraError("litellm", "api")
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
         if not timeout_s > 0 or (episode_timeout_s is not None and not episode_timeout_s > 0):
@@ -200,6 +200,7 @@ class LiteLLMBackend(BaseChatModel):
         return {
             "model": self.model,
             "api_base": redact_url(self.api_base) if self.api_base else None,
+            "transport": self.transport,
             "temperature": "provider default" if self.temperature is None else self.temperature,
             "max_tokens": self.max_tokens,
             "reasoning_effort": self.reasoning_effort,
