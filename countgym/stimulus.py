@@ -90,7 +90,10 @@ class Dataset:
                 )
             lines[stim.id] = lineno
             self._lines[stim.id] = line.encode("utf-8")
-            self._keep(stim)
+            # The first stimuli are kept (logs mostly follow the manifest's order, so these are
+            # asked for first); the rest are parsed again when asked for.
+            if len(self._parsed) < STIMULUS_CACHE_SIZE:
+                self._keep(stim)
         self._hashes: dict[str, str] = {}
 
     @property
