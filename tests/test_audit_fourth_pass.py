@@ -188,3 +188,26 @@ def test_matching_in_a_fresh_process_leaves_scipy_optimize_unimported() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["3", "0", "1", "0", "False"]  # (1, 0) takes the object at (2, 0)
+
+
+def test_the_audit_runs_with_fewer_collections_and_restores_the_collector(tmp_path: Path) -> None:
+    """While ``write_audit_files`` runs, the objects alive before it are frozen and young
+    collections come every ``YOUNG_THRESHOLD`` allocations; after, the collector is as it was."""
+    import gc
+
+    from countgym.analysis import bundle, write_audit_files
+
+    stims = [_stim(i) for i in range(6)]
+    write_manifest(tmp_path / "ds", stims)
+    ds = Dataset(tmp_path / "ds")
+    seen: list[tuple[int, int]] = []
+
+    def resolve(name: str) -> Dataset:
+        seen.append((gc.get_freeze_count(), gc.get_threshold()[0]))
+        return ds
+
+    before = gc.get_threshold()
+    assert gc.get_freeze_count() == 0
+    write_audit_files([_record(s, {"tools": ["tag"]}) for s in stims], tmp_path / "audit", resolve=resolve, report=False)
+    assert seen and all(n > 1000 and t == bundle.YOUNG_THRESHOLD for n, t in seen)
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
