@@ -190,6 +190,23 @@ def test_matching_in_a_fresh_process_leaves_scipy_optimize_unimported() -> None:
     assert out.stdout.split() == ["3", "0", "1", "0", "False"]  # (1, 0) takes the object at (2, 0)
 
 
+@pytest.mark.slow
+def test_importing_the_agents_leaves_the_blob_detectors_scipy_unimported() -> None:
+    """``countgym audit`` imports the agents for their audit hooks; the blob detector's
+    ``scipy.ndimage`` (0.2 s of CPU) loads only when something detects blobs."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np; import countgym.agents, countgym.agents.blobs as b\n"
+        "before = 'scipy.ndimage' in sys.modules\n"
+        "img = np.full((40, 40, 3), 255, np.uint8); img[5:12, 5:12] = 0; img[25:32, 25:32] = 0\n"
+        "print(before, len(b.detect_blobs(img)), 'scipy.ndimage' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "2", "True"]
+
+
 def test_the_audit_runs_with_fewer_collections_and_restores_the_collector(tmp_path: Path) -> None:
     """While ``write_audit_files`` runs, the objects alive before it are frozen and young
     collections come every ``YOUNG_THRESHOLD`` allocations; after, the collector is as it was."""
