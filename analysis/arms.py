@@ -173,20 +173,18 @@ class ArmCells:
     record as it streams past and keep the returned cell number, then ``labels()`` names every
     cell (see ``arm_labels``). Holds one entry per cell, never the records."""
 
-    def __init__(self) -> None:
+    def __init__(self, memo: ArmMemo | None = None) -> None:
         self._index: dict[str, int] = {}
         self._cells: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
         self._by_name: dict[str, list[int]] = {}
+        self._memo = memo or ArmMemo()
 
     def __len__(self) -> int:
         return len(self._cells)
 
     def add(self, rec: EpisodeRecord) -> int:
         """The cell number of ``rec`` (a new number for a cell not seen before)."""
-        task = task_name(rec)
-        opts = _normalised(rec.arm.options, task)
-        ref = reference_options(rec)
-        key = f"{rec.arm.name}|{_canonical(opts)}|{_canonical(ref)}"
+        task, opts, ref, key = self._memo.cell(rec)
         cell = self._index.get(key)
         if cell is None:
             cell = self._index[key] = len(self._cells)
@@ -245,3 +243,74 @@ def option_values(record: EpisodeRecord) -> dict[str, Any]:
         v = merged.get(k)
         out[k] = format_option(v) if isinstance(v, list | tuple) else v
     return out
+
+
+MEMO_SIZE = 1024
+"""Distinct option sets an ``ArmMemo`` remembers before it starts afresh."""
+
+
+class ArmMemo:
+    """The arm-derived values of records (``ArmCells`` key parts, ``option_values``,
+    ``options_key``), computed once per distinct option set: a run's records repeat a few
+    option sets thousands of times.
+
+    A record's option set is the JSON text of its arm name, arm options, arm defaults and
+    environment options (keys in their logged order): two records with the same text get
+    the same values, since every value here is a function of those four. Records whose
+    options JSON cannot write are computed afresh each time."""
+
+    def __init__(self) -> None:
+        self._cells: dict[str, tuple[str, dict[str, Any], dict[str, Any], str]] = {}
+        self._values: dict[str, dict[str, Any]] = {}
+        self._keys: dict[tuple[str, tuple[str, ...]], str] = {}
+        self._last: EpisodeRecord | None = None
+        self._last_text: str | None = None
+
+    def _text(self, rec: EpisodeRecord) -> str | None:
+        # The same record object asked again (cell, then option values) reuses its text.
+        if rec is self._last:
+            return self._last_text
+        arm = rec.arm
+        try:
+            text = json.dumps([arm.name, arm.options, arm.defaults, rec.env_options], default=str)
+        except (TypeError, ValueError, RecursionError):
+            text = None
+        self._last, self._last_text = rec, text
+        return text
+
+    def _remember(self, table: dict, key: Any, value: Any) -> Any:
+        if len(table) >= MEMO_SIZE:
+            table.clear()
+        table[key] = value
+        return value
+
+    def cell(self, rec: EpisodeRecord) -> tuple[str, dict[str, Any], dict[str, Any], str]:
+        """(task, normalised options, reference options, cell key) of ``ArmCells.add``."""
+        text = self._text(rec)
+        hit = self._cells.get(text) if text is not None else None
+        if hit is not None:
+            return hit
+        task = task_name(rec)
+        opts = _normalised(rec.arm.options, task)
+        ref = reference_options(rec)
+        value = (task, opts, ref, f"{rec.arm.name}|{_canonical(opts)}|{_canonical(ref)}")
+        return value if text is None else self._remember(self._cells, text, value)
+
+    def option_values(self, rec: EpisodeRecord) -> dict[str, Any]:
+        """``option_values(rec)`` (a fresh dict)."""
+        text = self._text(rec)
+        hit = self._values.get(text) if text is not None else None
+        if hit is None:
+            hit = option_values(rec)
+            if text is not None:
+                self._remember(self._values, text, hit)
+        return dict(hit)
+
+    def options_key(self, rec: EpisodeRecord, ignore: Iterable[str] = ()) -> str:
+        """``options_key(rec, ignore)``."""
+        text = self._text(rec)
+        if text is None:
+            return options_key(rec, ignore)
+        k = (text, tuple(ignore))
+        hit = self._keys.get(k)
+        return hit if hit is not None else self._remember(self._keys, k, options_key(rec, k[1]))

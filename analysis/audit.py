@@ -33,7 +33,7 @@ from countgym.logs import EpisodeRecord
 from countgym.matching import match_counts, median_of, tau_for
 from countgym.stimulus import Dataset, Stimulus
 
-from .arms import OPTION_COLUMNS, ArmCells, option_values
+from .arms import OPTION_COLUMNS, ArmCells, ArmMemo
 
 Resolver = Callable[[str], Dataset]
 
@@ -271,7 +271,8 @@ def audit_episodes(
     seen: set[str] = set()
     n_dup = 0
     first_dup = ""
-    arm_cells = ArmCells()
+    arm_memo = ArmMemo()  # the arm-derived values, once per distinct option set
+    arm_cells = ArmCells(arm_memo)
     cell_of_row: list[int] = []
 
     for rec in records:
@@ -374,7 +375,7 @@ def audit_episodes(
         c["image_h"].append(frame[1] if frame else None)
         c["extracted_by"].append(extracted_by(rec))
         c["task"].append(task_of(rec))
-        for k, v in option_values(rec).items():
+        for k, v in arm_memo.option_values(rec).items():
             c[k].append(v)
         meta = stim.meta if stim is not None else {}
         for k in meta_keys:

@@ -14,6 +14,8 @@ Layout of ``OUT`` (``countgym audit RUNS --out OUT``)::
 
 from __future__ import annotations
 
+import functools
+import gc
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -111,6 +113,39 @@ def _provenance(
     }
 
 
+YOUNG_THRESHOLD = 5000
+"""Allocations between two young-generation collections while an audit runs (Python's
+default is 700)."""
+
+
+def _fewer_collections(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Run ``fn`` with the objects alive before it (modules, classes: about a million) moved out
+    of the collector's way (``gc.freeze``) and young collections every ``YOUNG_THRESHOLD``
+    allocations; both undone after. The audit allocates millions of short-lived objects, and
+    each older-generation collection walked every imported object again (0.45 s of CPU over
+    10,000 trajectories, 0.3 s with this). What is collected is the same, only later; a caller's
+    own freeze and threshold are left as they are."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if not gc.isenabled():
+            return fn(*args, **kwargs)
+        threshold = gc.get_threshold()
+        freeze = gc.get_freeze_count() == 0
+        if freeze:
+            gc.freeze()
+        gc.set_threshold(max(threshold[0], YOUNG_THRESHOLD), *threshold[1:])
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            gc.set_threshold(*threshold)
+            if freeze:
+                gc.unfreeze()
+
+    return wrapper
+
+
+@_fewer_collections
 def write_audit_files(
     records: Sequence[EpisodeRecord],
     out_dir: PathLike,

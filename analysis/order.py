@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import combinations
 
 import numpy as np
@@ -55,10 +56,21 @@ def traversal_tau(
     # (no ties), so the sum of sign products is the sum of sign(y_j - y_i) over i < j, an
     # integer, and the value is the same float.
     y = t[:, 1]
-    s = np.triu(np.sign(y[None, :] - y[:, None]), 1)
+    i, j = _pairs(len(y)) if len(y) <= _PAIRS_CACHED else np.triu_indices(len(y), 1)
+    s = np.sign(y[j] - y[i])
     n0 = len(y) * (len(y) - 1) // 2
     denom = np.sqrt(float(n0) * float(np.count_nonzero(s)))
     return float(s.sum() / denom) if denom > 0 else float("nan")
+
+
+_PAIRS_CACHED = 256
+"""Tag counts whose index pairs are kept (at most 256 * 255 / 2 pairs each)."""
+
+
+@lru_cache(maxsize=32)
+def _pairs(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The index pairs i < j of ``n`` items (``np.triu_indices(n, 1)``), made once per n."""
+    return np.triu_indices(n, 1)
 
 
 @dataclass(frozen=True)

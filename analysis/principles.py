@@ -15,6 +15,7 @@ import pandas as pd
 
 from countgym.logs import EpisodeRecord
 
+from .arms import ArmMemo
 from .direct import DIRECT_ARMS, departures_table, tags_vs_direct_table
 from .lattice import lattice_table
 from .order import (
@@ -80,13 +81,17 @@ class PrincipleInputs:
         self.taus: dict[str, float] = {}
         self.lattice: list[int] = []
         self.n = 0
+        self.arm_memo = ArmMemo()
 
     def add(self, rec: EpisodeRecord) -> None:
         """Take one record's share (records in log order)."""
         if rec.episode_id not in self.seen:
             self.seen.add(rec.episode_id)
             self.rows.append(
-                condition_row(rec, self.stimuli, transform_key=self.options.transform_key, suffixes=self.suffixes)
+                condition_row(
+                    rec, self.stimuli, transform_key=self.options.transform_key, suffixes=self.suffixes,
+                    memo=self.arm_memo,
+                )  # fmt: skip
             )
         self.taus[rec.episode_id] = traversal_tau(rec.tags, min_tags=self.options.min_traversal_tags)
         if rec.tags and self.stimuli.cells(rec) is not None:

@@ -16,7 +16,7 @@ import pandas as pd
 
 from countgym.logs import EpisodeRecord
 
-from .arms import options_key
+from .arms import ArmMemo, options_key
 from .stimuli import StimulusCache
 
 TRANSFORM_KEY = "transform_of"
@@ -86,9 +86,12 @@ def condition_row(
     *,
     transform_key: str = TRANSFORM_KEY,
     suffixes: Mapping[str, str] = TRANSFORM_SUFFIXES,
+    memo: ArmMemo | None = None,
 ) -> tuple:
-    """One episode's row of ``conditions_table`` (the values of ``CONDITION_COLUMNS``)."""
+    """One episode's row of ``conditions_table`` (the values of ``CONDITION_COLUMNS``);
+    ``memo`` remembers the option keys of option sets seen before."""
     stim = stimuli.stimulus(rec)
+    key = memo.options_key if memo is not None else options_key
     origin = transform_origin(
         rec.stimulus_id,
         stim.meta if stim is not None else None,
@@ -99,8 +102,8 @@ def condition_row(
         rec.episode_id,
         _option(rec, "order"),
         _option(rec, "perturb"),
-        options_key(rec, ignore=("order",)),
-        options_key(rec, ignore=("perturb",)),
+        key(rec, ignore=("order",)),
+        key(rec, ignore=("perturb",)),
         origin[0] if origin else None,
         origin[1] if origin else None,
     )

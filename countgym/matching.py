@@ -6,11 +6,48 @@ so that both score tags identically.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import importlib.machinery
+import importlib.util
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
+
+
+@cache
+def _solver() -> Callable[..., tuple[np.ndarray, np.ndarray]]:
+    """SciPy's ``linear_sum_assignment``, loaded from its compiled module alone when it is one.
+
+    ``from scipy.optimize import linear_sum_assignment`` imports the whole of
+    ``scipy.optimize`` (about 0.4 s of CPU, a tenth of an audit); the solver is a function of
+    the small compiled module ``scipy.optimize._lsap``, which loads in a millisecond. Where that
+    module is not a compiled extension (another SciPy layout), the public import is used."""
+    try:
+        spec = importlib.util.find_spec("scipy")
+        roots = list(spec.submodule_search_locations or []) if spec else []
+        for root in roots:
+            for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+                path = Path(root) / "optimize" / f"_lsap{suffix}"
+                if not path.is_file():
+                    continue
+                name = "scipy.optimize._lsap"
+                loader = importlib.machinery.ExtensionFileLoader(name, str(path))
+                mod_spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+                if mod_spec is None:
+                    continue
+                module = importlib.util.module_from_spec(mod_spec)
+                loader.exec_module(module)
+                fn = getattr(module, "linear_sum_assignment", None)
+                if callable(fn):
+                    return fn
+    except (ImportError, OSError, AttributeError):
+        pass
+    from scipy.optimize import linear_sum_assignment
+
+    return linear_sum_assignment
+
 
 TAU_FLOOR_PX = 15.0
 _FORBIDDEN = 1e12
@@ -92,7 +129,9 @@ class Match:
         return len(self.omitted)
 
 
-def _assign(d: np.ndarray, tau: float, *, split: bool) -> tuple[np.ndarray, np.ndarray]:
+def _assign(
+    d: np.ndarray, tau: float, *, split: bool, pairs: tuple[np.ndarray, np.ndarray] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """(matched object per tag or -1, number of objects within tau of each tag).
 
     Minimum-cost one-to-one assignment with pairs farther than tau forbidden: the tags and
@@ -105,11 +144,11 @@ def _assign(d: np.ndarray, tau: float, *, split: bool) -> tuple[np.ndarray, np.n
     optimal assignment holds it) and only the rest goes to the solver: the same counts, faster,
     but where two assignments tie in cost the solver may pick the other one, so which tag is
     on-target and which a duplicate can differ. Without it the solver sees exactly the matrix
-    it always saw.
+    it always saw. ``pairs``: ``np.nonzero(d <= tau)`` when already known.
     """
     n_t, n_p = d.shape
     tag_obj = np.full(n_t, -1)
-    ri, ci = np.nonzero(d <= tau)
+    ri, ci = np.nonzero(d <= tau) if pairs is None else pairs
     row_deg = np.bincount(ri, minlength=n_t)
     if not len(ri):
         return tag_obj, row_deg
@@ -131,7 +170,7 @@ def _assign(d: np.ndarray, tau: float, *, split: bool) -> tuple[np.ndarray, np.n
         cols = (col_deg > 0).nonzero()[0]
     sub_d = d[rows[:, None], cols]
     sub = np.where(sub_d <= tau, sub_d, _FORBIDDEN)
-    r, c = linear_sum_assignment(sub)
+    r, c = _solver()(sub)
     ok = sub[r, c] < _FORBIDDEN
     tag_obj[rows[r[ok]]] = cols[c[ok]]
     return tag_obj, row_deg
@@ -173,15 +212,18 @@ def _max_matching(rows: list[int], cols: list[int]) -> int:
     return len(adj) - len(left) + sum(augment(r, set()) for r in left)
 
 
-def _matched_count(d: np.ndarray, tau: float) -> tuple[int, int]:
+def _matched_count(
+    d: np.ndarray, tau: float, pairs: tuple[np.ndarray, np.ndarray] | None = None
+) -> tuple[int, int]:
     """(on-target tags, tags within tau of some object) of ``match_tags`` at ``tau``.
 
     The solver's forbidden cost makes it match as many allowed pairs as possible, so the
     on-target count is the size of a maximum matching of the allowed pairs: the lone pairs
     (a tag and an object allowed only to each other) plus a maximum matching of the rest.
+    ``pairs``: ``np.nonzero(d <= tau)`` when already known.
     """
     n_t, n_p = d.shape
-    ri, ci = np.nonzero(d <= tau)
+    ri, ci = np.nonzero(d <= tau) if pairs is None else pairs
     if not len(ri):
         return 0, 0
     row_deg = np.bincount(ri, minlength=n_t)
@@ -193,7 +235,7 @@ def _matched_count(d: np.ndarray, tau: float) -> tuple[int, int]:
         return n_alone, near
     shared = ~alone
     if len(ri) - n_alone > SMALL_SHARED_EDGES:
-        tag_obj, _ = _assign(d, tau, split=True)
+        tag_obj, _ = _assign(d, tau, split=True, pairs=(ri, ci))
         return int(np.count_nonzero(tag_obj >= 0)), near
     return n_alone + _max_matching(ri[shared].tolist(), ci[shared].tolist()), near
 
@@ -253,16 +295,22 @@ def match_counts(
     if n_t == 0 or n_p == 0:
         return [MatchCounts(0, 0, n_t, n_p, ()) for _ in taus]
     d = _distances(t, p)
+    # The allowed pairs at the largest tau, once; those at a smaller tau are a subset, in the
+    # same (row-major) order as ``np.nonzero(d <= tau)`` gives them.
+    all_ri, all_ci = np.nonzero(d <= max(taus)) if taus else (None, None)
+    all_d = d[all_ri, all_ci] if taus else None
     out = []
     for i, tau in enumerate(taus):
+        keep = all_d <= tau
+        pairs = (all_ri[keep], all_ci[keep])
         if i == 0:
-            tag_obj, row_deg = _assign(d, tau, split=False)
+            tag_obj, row_deg = _assign(d, tau, split=False, pairs=pairs)
             on_idx = (tag_obj >= 0).nonzero()[0]
             on = len(on_idx)
             near = int(np.count_nonzero(row_deg))
             dists = tuple(d[on_idx, tag_obj[on_idx]].tolist())
         else:
-            on, near = _matched_count(d, tau)
+            on, near = _matched_count(d, tau, pairs)
             dists = ()
         out.append(MatchCounts(on, near - on, n_t - near, n_p - on, dists))
     return out
