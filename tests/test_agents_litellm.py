@@ -176,6 +176,7 @@ def test_non_retryable_errors_end_the_call(fault: str, word: str) -> None:
     assert r.text == "" and r.error is not None and word in r.error
 
 
+@pytest.mark.slow
 def test_complete_batch_runs_in_parallel() -> None:
     with TestServer(latency_s=0.3) as srv:
         be = backend(srv, batch_concurrency=4)

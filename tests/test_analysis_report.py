@@ -200,6 +200,7 @@ def _chromium(url: str, profile: Path, *extra: str) -> subprocess.CompletedProce
     return subprocess.run(args, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_report_renders_in_a_headless_browser(audit_dir: Path, tmp_path: Path) -> None:
     res = _chromium((audit_dir / "report.html").as_uri(), tmp_path / "profile", "--dump-dom")

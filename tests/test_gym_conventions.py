@@ -191,6 +191,7 @@ def _slow_build(final: str, log: str) -> None:
     build_once(Path(final), build, items=10, seconds_per_item=0.1, stream=io.StringIO())
 
 
+@pytest.mark.slow
 def test_parallel_workers_build_a_cached_dataset_once(tmp_path) -> None:
     final, log = tmp_path / "cache" / "battery-v1", tmp_path / "log"
     ctx = mp.get_context("fork")

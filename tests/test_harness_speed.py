@@ -196,6 +196,7 @@ def test_encoded_image_holds_the_png_and_gives_the_pixels_back() -> None:
     assert base.encoded_image(odd) is odd  # not a uint8 image: left as it is
 
 
+@pytest.mark.slow
 def test_pixels_are_released_while_the_model_call_is_in_flight(tiny_dataset: Dataset, monkeypatch: pytest.MonkeyPatch) -> None:
     # Memory per episode in flight: once the request holds the image as PNG bytes, nothing
     # (runner, policy, history) keeps the tag render's pixels alive during the model call.

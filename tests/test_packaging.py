@@ -7,6 +7,8 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -221,6 +223,7 @@ def test_the_core_names_no_task() -> None:
     assert bad == []
 
 
+@pytest.mark.slow
 def test_docs_and_code_cite_no_file_outside_the_repository() -> None:
     """Users have the repository, not the design notes it was written from: the papers are
     cited by title and section, never by a path."""
