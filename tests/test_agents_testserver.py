@@ -172,9 +172,20 @@ def test_cli_rejects_bad_faults(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_image_analysis_is_cached_by_payload(monkeypatch: pytest.MonkeyPatch) -> None:
     # Clients re-send the same views: the server decodes and searches each payload once.
+    # Only this thread's detections count: a server thread left by an earlier test (a request
+    # that outlived its client's deadline) may still finish and detect in the background.
+    import threading
+
+    me = threading.current_thread()
     calls: list[str] = []
     real = testserver.detect_blobs
-    monkeypatch.setattr(testserver, "detect_blobs", lambda img, **kw: calls.append("x") or real(img, **kw))
+
+    def counted(img, **kw):  # noqa: ANN001, ANN202
+        if threading.current_thread() is me:
+            calls.append("x")
+        return real(img, **kw)
+
+    monkeypatch.setattr(testserver, "detect_blobs", counted)
     testserver._blobs_of.cache_clear()
     img = disc_image()
     msgs = [user(T.DIRECT.format(obj="dots"), img)]
