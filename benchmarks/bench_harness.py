@@ -18,7 +18,12 @@ in another one (as a real endpoint would), so its pixel work does not compete fo
 Episodes are a multiple of the slots (every round fills them); the ideal wall time is
 ``ceil(episodes / slots) x calls per episode x latency``.
 
-    python benchmarks/bench_harness.py [n_episodes] [concurrency] [latency_s]
+Every harness runs ``repeats`` times (default 3), interleaved (zero-cost, direct, litellm,
+Inspect, then again), and each row reports the median run of each harness (wall time, CPU per
+call, peak memory) with the range of the runs: on a shared 2-core machine one run's wall time
+moves by 10 % or more between identical runs, and interleaving spreads any drift over all of them.
+
+    python benchmarks/bench_harness.py [n_episodes] [concurrency] [latency_s] [repeats]
 """
 
 from __future__ import annotations
@@ -181,36 +186,65 @@ def _run_json(cmd: list[str], timeout: float, cwd: Path | None = None) -> dict[s
     return json.loads(lines[-1])
 
 
-def bench_harness(n_episodes: int = 256, concurrency: int = 64, latency_s: float = 1.0) -> list[dict[str, Any]]:
-    """Rows: zero-cost throughput vs ideal, litellm throughput vs zero-cost, and CPU per call and
-    peak memory vs Inspect AI (when its venv exists)."""
+def bench_harness(n_episodes: int = 256, concurrency: int = 64, latency_s: float = 1.0, repeats: int = 3) -> list[dict[str, Any]]:
+    """Rows: zero-cost throughput vs ideal, each transport's throughput vs zero-cost, and CPU per
+    call and peak memory vs Inspect AI (when its venv exists); medians of ``repeats`` interleaved
+    runs of each harness."""
     if n_episodes % concurrency:
         raise ValueError(f"episodes ({n_episodes}) must be a multiple of the slots ({concurrency})")
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
     proc, base_url = _start_server(latency_s)
-    runs: dict[str, dict[str, Any]] = {}
+    trials: dict[str, list[dict[str, Any]]] = {}
     try:
         with tempfile.TemporaryDirectory() as tmp:
             # Stimuli x repeats = n_episodes exactly (at most 10 distinct images).
             ds = _dataset(Path(tmp) / "data", math.gcd(n_episodes, 10))
             args = [str(ds.root), base_url, str(n_episodes), str(concurrency), str(latency_s)]
-            for kind in ("zero-cost", "direct", "litellm"):
-                srv0 = _cpu_s(proc.pid)
-                runs[kind] = _run_json([sys.executable, __file__, "--worker", kind, *args], 900)
-                runs[kind]["server_cpu_s"] = _cpu_s(proc.pid) - srv0
-            if INSPECT_PYTHON.exists():
-                spec = _inspect_spec(ds, Path(tmp))
-                srv0 = _cpu_s(proc.pid)
-                runs["inspect"] = _run_json(
-                    [str(INSPECT_PYTHON), str(INSPECT_SCRIPT), str(spec), base_url, str(n_episodes), str(concurrency)], 900, cwd=Path(tmp)
-                )
-                runs["inspect"]["server_cpu_s"] = _cpu_s(proc.pid) - srv0
-                if runs["inspect"]["n_calls"] != runs["direct"]["n_calls"]:
-                    raise RuntimeError(f"the Inspect task made {runs['inspect']['n_calls']} calls, not "
-                                       f"{runs['direct']['n_calls']} (status {runs['inspect'].get('status')})")
+            spec = _inspect_spec(ds, Path(tmp)) if INSPECT_PYTHON.exists() else None
+            for _ in range(repeats):
+                for kind in ("zero-cost", "direct", "litellm"):
+                    srv0 = _cpu_s(proc.pid)
+                    run = _run_json([sys.executable, __file__, "--worker", kind, *args], 900)
+                    run["server_cpu_s"] = _cpu_s(proc.pid) - srv0
+                    trials.setdefault(kind, []).append(run)
+                if spec is not None:
+                    srv0 = _cpu_s(proc.pid)
+                    run = _run_json(
+                        [str(INSPECT_PYTHON), str(INSPECT_SCRIPT), str(spec), base_url, str(n_episodes), str(concurrency)],
+                        900, cwd=Path(tmp),
+                    )
+                    run["server_cpu_s"] = _cpu_s(proc.pid) - srv0
+                    if run["n_calls"] != trials["direct"][-1]["n_calls"]:
+                        raise RuntimeError(f"the Inspect task made {run['n_calls']} calls, not "
+                                           f"{trials['direct'][-1]['n_calls']} (status {run.get('status')})")
+                    trials.setdefault("inspect", []).append(run)
     finally:
         proc.terminate()
         proc.wait(timeout=10)
-    return _rows(runs, n_episodes, concurrency, latency_s)
+    return _rows(median_runs(trials), n_episodes, concurrency, latency_s)
+
+
+def median_runs(trials: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Per harness, its runs' median of every number (wall time, CPU, peak memory, ...; the
+    other fields from the first run), and the range of the wall times and peak memories as
+    ``wall_range`` and ``rss_range``."""
+    out: dict[str, dict[str, Any]] = {}
+    for kind, runs in trials.items():
+        merged = dict(runs[0])
+        for key, value in runs[0].items():
+            values = [r.get(key) for r in runs]
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in values
+            ):
+                # Counts stay whole numbers (the lower middle one for an even number of runs).
+                ints = all(isinstance(v, int) for v in values)
+                merged[key] = sorted(values)[(len(values) - 1) // 2] if ints else float(np.median(values))
+        merged["wall_range"] = (min(r["wall_s"] for r in runs), max(r["wall_s"] for r in runs))
+        merged["rss_range"] = (min(r["peak_rss_mib"] for r in runs), max(r["peak_rss_mib"] for r in runs))
+        merged["runs"] = len(runs)
+        out[kind] = merged
+    return out
 
 
 def _rows(runs: dict[str, dict[str, Any]], n_episodes: int, concurrency: int, latency_s: float) -> list[dict[str, Any]]:
@@ -224,10 +258,13 @@ def _rows(runs: dict[str, dict[str, Any]], n_episodes: int, concurrency: int, la
     tput = {k: r["n_calls"] / r["wall_s"] for k, r in runs.items()}
     cpu_ms = {k: 1000 * r["cpu_s"] / max(r["n_calls"], 1) for k, r in runs.items()}
     srv_ms = {k: 1000 * r["server_cpu_s"] / max(r["n_calls"], 1) for k, r in runs.items() if "server_cpu_s" in r}
-    what = f"{n_episodes} tag episodes, concurrency {concurrency}, latency {latency_s:g} s"
+    n_runs = zero.get("runs", 1)
+    what = f"{n_episodes} tag episodes, concurrency {concurrency}, latency {latency_s:g} s" + (
+        f", median of {n_runs} runs" if n_runs > 1 else "")
     rows: list[dict[str, Any]] = [{
         "name": f"harness zero-cost: {what}",
-        "value": f"{tput['zero-cost']:.1f} calls/s, {ideal / zero['wall_s']:.0%} of ideal ({zero['wall_s']:.1f} s vs {ideal:.1f} s)",
+        "value": f"{tput['zero-cost']:.1f} calls/s, {ideal / zero['wall_s']:.0%} of ideal ({zero['wall_s']:.1f} s vs {ideal:.1f} s"
+        + _range(zero, "wall_range", "s") + ")",
         "target": "(reference)",
         "ok": None,
     }]
@@ -236,7 +273,7 @@ def _rows(runs: dict[str, dict[str, Any]], n_episodes: int, concurrency: int, la
         ratio = tput[k] / tput["zero-cost"]
         rows.append({
             "name": f"harness {k} throughput vs zero-cost ({r['n_calls']} calls, {r['errors']} errors, {r['correct']} correct)",
-            "value": f"{ratio:.2f} ({tput[k]:.1f} calls/s; {ideal / r['wall_s']:.0%} of ideal"
+            "value": f"{ratio:.2f} ({tput[k]:.1f} calls/s; {ideal / r['wall_s']:.0%} of ideal" + _range(r, "wall_range", "s")
             + (f"; a call took {r['mean_call_s']:.2f} s on average" if r.get("mean_call_s") else "")
             + (f"; server {srv_ms[k]:.1f} ms CPU/call" if k in srv_ms else "") + ")",
             "target": ">= 0.9",
@@ -264,7 +301,8 @@ def _rows(runs: dict[str, dict[str, Any]], n_episodes: int, concurrency: int, la
             },
             {
                 "name": f"harness {k} peak memory vs Inspect AI",
-                "value": f"{mem_ratio:.2f}x ({r['peak_rss_mib']:.0f} vs {ins['peak_rss_mib']:.0f} MiB)",
+                "value": f"{mem_ratio:.2f}x ({r['peak_rss_mib']:.0f}{_range(r, 'rss_range', 'MiB')} vs "
+                f"{ins['peak_rss_mib']:.0f}{_range(ins, 'rss_range', 'MiB')} MiB)",
                 "target": "<= 1.5x",
                 "ok": mem_ratio <= 1.5,
             },
@@ -272,12 +310,20 @@ def _rows(runs: dict[str, dict[str, Any]], n_episodes: int, concurrency: int, la
     return rows
 
 
+def _range(run: dict[str, Any], key: str, unit: str) -> str:
+    """``" (runs a-b unit)"`` when the run is a median of several."""
+    lo_hi = run.get(key)
+    if not lo_hi or run.get("runs", 1) < 2:
+        return ""
+    return f" [runs {lo_hi[0]:.1f}-{lo_hi[1]:.1f} {unit}]"
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--worker"]:
         kind, data, url, n, c, lat = sys.argv[2:8]
         print(json.dumps(_worker(kind, data, url, int(n), int(c), float(lat))))
         raise SystemExit(0)
-    a = sys.argv[1:4]
+    a = sys.argv[1:5]
     kw: dict[str, Any] = {}
     if a:
         kw["n_episodes"] = int(a[0])
@@ -285,5 +331,7 @@ if __name__ == "__main__":
         kw["concurrency"] = int(a[1])
     if len(a) > 2:
         kw["latency_s"] = float(a[2])
+    if len(a) > 3:
+        kw["repeats"] = int(a[3])
     for row in bench_harness(**kw):
         print(f"{row['name']}: {row['value']}  (target {row['target']})")

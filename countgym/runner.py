@@ -148,22 +148,24 @@ _REFERENCES: dict[tuple[str, str, str, int], tuple[Any, dict[str, Any]]] = {}
 _REFERENCES_LOCK = threading.Lock()
 
 
-def reference_options(spec: CellSpec, ds: Dataset, env: Any = None) -> dict[str, Any] | None:
+def reference_options(spec: CellSpec, ds: Dataset, env: Any = None, env_id: str | None = None) -> dict[str, Any] | None:
     """The logged environment options of the cell's reference: its agent's own defaults (a
     built-in arm without ablations, a plug-in's environment defaults). ``env`` is the cell's
-    environment, reused when the cell is the reference. None when it cannot be built."""
+    environment, reused when the cell is the reference; ``env_id`` its id when already
+    resolved. None when it cannot be built."""
     from countgym.agents.registry import base_env_options
 
     try:
         base = base_env_options(spec.agent)
         if env is not None and spec.resolved_env_options() == base:
             return dict(env.options())
-        key = (spec.agent, spec.model, spec.env_id(), id(ds))
+        env_id = env_id or spec.env_id()
+        key = (spec.agent, spec.model, env_id, id(ds))
         with _REFERENCES_LOCK:
             hit = _REFERENCES.get(key)
         if hit is not None and hit[0] is ds:
             return dict(hit[1])
-        ref = dict(make_env(ds, base, arm=spec.agent, model=spec.model or spec.agent, env=spec.env_id()).options())
+        ref = dict(make_env(ds, base, arm=spec.agent, model=spec.model or spec.agent, env=env_id).options())
         with _REFERENCES_LOCK:
             if len(_REFERENCES) > 64:
                 _REFERENCES.clear()
@@ -173,7 +175,9 @@ def reference_options(spec: CellSpec, ds: Dataset, env: Any = None) -> dict[str,
         return None
 
 
-def _error_record(spec: CellSpec, dataset: Dataset, sid: str, repeat: int, seed: int, eid: str, err: str) -> EpisodeRecord:
+def _error_record(
+    spec: CellSpec, dataset: Dataset, sid: str, repeat: int, seed: int, eid: str, err: str, env_id: str | None = None
+) -> EpisodeRecord:
     now = utcnow()
     stim = dataset[sid]
     return EpisodeRecord(
@@ -183,7 +187,7 @@ def _error_record(spec: CellSpec, dataset: Dataset, sid: str, repeat: int, seed:
         arm=ArmSpec(
             name=spec.agent,
             options=redact({**spec.display_options(), **spec.agent_options}),
-            defaults=reference_options(spec, dataset),
+            defaults=reference_options(spec, dataset, env_id=env_id),
         ),
         env_options=spec.display_options(),
         model=spec.model or spec.agent,
@@ -212,13 +216,16 @@ def done_episodes(log: Path) -> tuple[set[tuple[str, int]], float]:
 
 
 def run_one(
-    spec: CellSpec, ds: Dataset, factory: Callable[[], Any], log_stem: str, sid: str, r: int
+    spec: CellSpec, ds: Dataset, factory: Callable[[], Any], log_stem: str, sid: str, r: int,
+    env_id: str | None = None,
 ) -> EpisodeRecord:
     """One episode of a cell, as every executor runs it: the same seed, episode id and record
-    fields (arm options with the provider parameters, credentials redacted). Never raises."""
+    fields (arm options with the provider parameters, credentials redacted). Never raises.
+    ``env_id``: the cell's environment id when the caller resolved it once for all episodes
+    (resolving reads the dataset's manifest)."""
     seed = episode_seed(spec.seed, sid, r)
     eid = f"{log_stem}/{sid}/r{r}"
-    env_id = spec.env_id()
+    env_id = env_id or spec.env_id()
     try:
         env = make_env(ds, spec.resolved_env_options(), arm=spec.agent, model=spec.model or spec.agent, env=env_id)
         rec = run_episode(env, factory(), sid, repeat=r, seed=seed, episode_id=eid)
@@ -229,14 +236,14 @@ def run_one(
         if provider:
             options["provider"] = provider
         rec.arm = ArmSpec(
-            name=spec.agent, options=redact(options), defaults=reference_options(spec, ds, env)
+            name=spec.agent, options=redact(options), defaults=reference_options(spec, ds, env, env_id)
         )
         return rec
     except ProviderQuotaError:
         raise
     except Exception as e:  # noqa: BLE001 - an episode's failure is recorded, not raised
         detail = "".join(traceback.format_exception_only(type(e), e)).strip()
-        rec = _error_record(spec, ds, sid, r, seed, eid, detail)
+        rec = _error_record(spec, ds, sid, r, seed, eid, detail, env_id)
         rec.env = env_id
         return rec
 
@@ -344,11 +351,12 @@ def run_cell(
     log = out / spec.log_name()
     # One writer per cell: a second process would pay for every pending episode again.
     with cell_lock(log, wait=wait_for_lock):
-        return _run_cell_locked(spec, out, log, ds, factory, concurrency, max_cost, force, progress, retry_errors)
+        return _run_cell_locked(spec, env_id, out, log, ds, factory, concurrency, max_cost, force, progress, retry_errors)
 
 
 def _run_cell_locked(
     spec: CellSpec,
+    env_id: str,
     out: Path,
     log: Path,
     ds: Dataset,
@@ -372,7 +380,7 @@ def _run_cell_locked(
     lock = threading.Lock()
 
     def one(sid: str, r: int) -> EpisodeRecord:
-        return run_one(spec, ds, factory, log.stem, sid, r)
+        return run_one(spec, ds, factory, log.stem, sid, r, env_id)
 
     label = f"{spec.agent}{' / ' + spec.model if spec.model else ''} on {Path(spec.dataset).name}"
     bar = tqdm(total=len(todo), desc=label, unit="ep", disable=not progress, dynamic_ncols=True)

@@ -151,12 +151,19 @@ class Dataset:
             raise UserError(f"stimulus {stimulus.id!r} has no image")
         return self.media_path(stimulus, stimulus.image, "image")
 
+    def _resolved_root(self) -> Path:
+        """The folder with its links resolved (once: it is asked for every media file)."""
+        root = getattr(self, "_root_real", None)
+        if root is None:
+            root = self._root_real = self.root.resolve()
+        return root
+
     def media_path(self, stimulus: Stimulus, rel: str, what: str = "media") -> Path:
         """Absolute path of a file a stimulus names (image, frame, mask), checked to stay inside
         the folder and, when it exists, to be a regular file (a FIFO named ``x.png`` would block
         the reader forever; a device or folder is no image either)."""
         path = (self.root / rel).resolve()
-        if self.root.resolve() not in path.parents:
+        if self._resolved_root() not in path.parents:
             raise UserError(f"stimulus {stimulus.id!r}: {what} path {rel!r} escapes the dataset folder")
         if path.exists() and not path.is_file():
             raise UserError(f"stimulus {stimulus.id!r}: {what} path {rel!r} is not a regular file")

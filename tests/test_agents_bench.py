@@ -43,6 +43,26 @@ def test_rows_note_a_missing_inspect_venv() -> None:
     assert all(r["ok"] is None and "skipped" in r["value"] for r in rows[2:])
 
 
+def test_runs_are_summarised_by_their_median_with_the_range() -> None:
+    """Three runs per harness: each number is the median (not the mean, not the last run), and
+    the rows name the number of runs and the range of wall times and peak memories."""
+    import bench_harness as bh
+
+    trials = {
+        "zero-cost": [_run(512, 8.0, 2.0, 300), _run(512, 9.0, 2.1, 310), _run(512, 20.0, 9.0, 900)],
+        "direct": [_run(512, 9.5, 5.0, 250), _run(512, 8.5, 5.2, 240), _run(512, 30.0, 5.1, 260)],
+        "inspect": [_run(512, 9.0, 7.6, 200), _run(512, 9.0, 7.7, 210), _run(512, 9.0, 7.8, 190)],
+    }
+    runs = bh.median_runs(trials)
+    assert runs["zero-cost"]["wall_s"] == 9.0 and runs["direct"]["wall_s"] == 9.5
+    assert runs["direct"]["cpu_s"] == 5.1 and runs["direct"]["peak_rss_mib"] == 250
+    assert runs["direct"]["wall_range"] == (8.5, 30.0) and runs["inspect"]["rss_range"] == (190, 210)
+    zero, direct, dcpu, dmem = bh._rows(runs, 256, 64, 1.0)
+    assert "median of 3 runs" in zero["name"] and "[runs 8.0-20.0 s]" in zero["value"]
+    assert direct["value"].startswith("0.95 ") and "[runs 8.5-30.0 s]" in direct["value"]
+    assert dmem["value"].startswith("1.25x (250 [runs 240.0-260.0 MiB] vs 200 [runs 190.0-210.0 MiB] MiB)")
+
+
 def test_episodes_must_fill_the_slots() -> None:
     import bench_harness as bh
 
@@ -57,7 +77,8 @@ def test_bench_harness_smoke(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
     import bench_harness as bh
 
     monkeypatch.setattr(bh, "INSPECT_PYTHON", tmp_path / "absent" / "python")
-    rows = bh.bench_harness(n_episodes=4, concurrency=2, latency_s=0.0)
+    rows = bh.bench_harness(n_episodes=4, concurrency=2, latency_s=0.0, repeats=2)
+    assert "median of 2 runs" in rows[0]["name"] and "[runs " in rows[1]["value"]
     assert [r["name"].split(":")[0].split(" (")[0] for r in rows] == [
         "harness zero-cost", "harness direct throughput vs zero-cost", "harness litellm throughput vs zero-cost",
         "harness direct CPU per call vs Inspect AI", "harness direct peak memory vs Inspect AI",

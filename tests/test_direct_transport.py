@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -211,3 +212,78 @@ def test_error_status_without_json_keeps_its_status_and_scrubs_the_key(canned) -
     r = LiteLLMBackend("openai/blob", api_base=url, transport="direct", max_attempts=2,
                        sleep=lambda s: None).complete(MESSAGES)
     assert r.error is not None and "HTTP 502" in r.error and KEY not in r.error and "SECRET42" not in r.error
+
+
+# --- connection lanes ---------------------------------------------------------------------------
+class _Slow(_Canned):
+    """Holds every request for a moment and notes which connection (client port) it came on."""
+
+    ports: list[int] = []
+    in_flight = 0
+    peak = 0
+    lock = threading.Lock()
+
+    def do_POST(self) -> None:  # noqa: N802 - stdlib name
+        cls = type(self)
+        with cls.lock:
+            cls.ports.append(self.client_address[1])
+            cls.in_flight += 1
+            cls.peak = max(cls.peak, cls.in_flight)
+        time.sleep(0.2)
+        with cls.lock:
+            cls.in_flight -= 1
+        super().do_POST()
+
+
+def _burst(url: str, n: int, max_connections: int) -> tuple[Any, list[Any]]:
+    import asyncio
+
+    from countgym.agents.backends.openai_direct import DirectTransport, request_body
+
+    transport = DirectTransport(url, "sk-x", max_connections=max_connections)
+    body = request_body("openai/blob", [{"role": "user", "content": "hi"}], {})
+
+    async def go() -> list[Any]:
+        first = await asyncio.gather(*(transport.complete(body) for _ in range(n)))
+        second = await asyncio.gather(*(transport.complete(body) for _ in range(n)))
+        for lane in transport._lanes:
+            await lane.aclose()
+        return first + second
+
+    return transport, asyncio.run(go())
+
+
+@pytest.fixture
+def slow() -> Iterator[tuple[str, type[_Slow]]]:
+    handler = type("Handler", (_Slow,), {"replies": [], "ports": [], "in_flight": 0, "peak": 0, "lock": threading.Lock()})
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    httpd.request_queue_size = 128
+    t = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    t.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1", handler
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_concurrent_requests_spread_over_small_pools_and_reuse_connections(slow) -> None:
+    """20 requests at once open ceil(20 / 8) = 3 lanes of at most 8 connections, all 20 are in
+    flight together, and a second burst reuses the same 20 connections (keep-alive)."""
+    from countgym.agents.backends.openai_direct import LANE_CONNECTIONS
+
+    url, handler = slow
+    transport, replies = _burst(url, 20, max_connections=64)
+    assert all(r.choices[0].message.content == "ANSWER: 2" for r in replies)
+    assert len(transport._lanes) == 3 == -(-20 // LANE_CONNECTIONS)
+    assert handler.peak == 20
+    assert len(set(handler.ports)) == 20  # the second burst opened no new connection
+    assert transport._busy == [0, 0, 0]
+
+
+def test_lanes_never_open_more_connections_than_allowed(slow) -> None:
+    url, handler = slow
+    transport, replies = _burst(url, 30, max_connections=12)
+    assert len(replies) == 60
+    assert len(transport._lanes) == 2 and transport._size == [8, 4]
+    assert handler.peak <= 12 and len(set(handler.ports)) <= 12

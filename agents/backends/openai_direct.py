@@ -1,5 +1,5 @@
-"""The direct OpenAI-compatible transport: ``POST {api_base}/chat/completions`` with one pooled
-``httpx.AsyncClient`` per backend, for ``openai/<name>`` models served at an ``api_base`` (vLLM,
+"""The direct OpenAI-compatible transport: ``POST {api_base}/chat/completions`` with pooled
+``httpx.AsyncClient`` lanes per backend, for ``openai/<name>`` models served at an ``api_base`` (vLLM,
 SGLang, the local test server).
 
 It sends the body litellm sends for such a model (the name after ``openai/``, the messages,
@@ -136,8 +136,19 @@ def request_body(model: str, wire: list[dict[str, Any]], params: dict[str, Any])
     return json.dumps(body, separators=(",", ":")).encode()
 
 
+LANE_CONNECTIONS = 8
+"""Connections per pooled client ("lane"). httpcore's pool walks every connection of its client
+for every queued request (quadratic in the pool's size), so 64 requests in flight on one client
+spent more CPU on the event loop assigning connections than on sending them; several small
+clients keep that walk short."""
+
+
 class DirectTransport:
-    """One pooled async HTTP client per process, created on the event loop it serves."""
+    """Pooled async HTTP clients per process, created on the event loop they serve: a request
+    goes to the first lane with a free connection (fewer requests in flight than its size, at most
+    ``LANE_CONNECTIONS``), a new lane
+    opens when every lane is full, and once ``max_connections`` are open requests queue on the
+    least busy lane."""
 
     def __init__(self, api_base: str, api_key: str | None, extra_headers: dict[str, str] | None = None,
                  max_connections: int = MAX_CONCURRENCY) -> None:
@@ -145,7 +156,10 @@ class DirectTransport:
         self._api_key = api_key
         self._extra_headers = dict(extra_headers or {})
         self._max_connections = max_connections
-        self._client: Any = None
+        self._lanes: list[Any] = []
+        self._busy: list[int] = []
+        self._size: list[int] = []
+        self._tls: Any = None
         self._pid = 0
 
     def _headers(self) -> dict[str, str]:
@@ -154,21 +168,42 @@ class DirectTransport:
         return {"Authorization": f"Bearer {key}", "Content-Type": "application/json",
                 "Accept": "application/json", **self._extra_headers}
 
-    def _http(self) -> Any:
-        """The client (made on first use in this process, on the running loop)."""
-        if self._client is None or self._pid != os.getpid():
-            import httpx
+    def _lane(self) -> int:
+        """The index of the lane for the next request (on the loop's thread, so no lock)."""
+        if self._pid != os.getpid():  # a forked child starts with no clients of its own
+            self._lanes, self._busy, self._size, self._tls, self._pid = [], [], [], None, os.getpid()
+        for i, busy in enumerate(self._busy):
+            if busy < self._size[i]:  # the first lane with a free connection: idle ones are reused
+                return i
+        room = self._max_connections - sum(self._size)
+        if self._lanes and room <= 0:
+            # Every connection is busy: queue on the lane with the fewest requests per connection.
+            return min(range(len(self._lanes)), key=lambda i: self._busy[i] / self._size[i])
+        size = max(1, min(LANE_CONNECTIONS, room))
+        self._lanes.append(self._new_client(size))
+        self._busy.append(0)
+        self._size.append(size)
+        return len(self._lanes) - 1
 
-            limits = httpx.Limits(max_connections=self._max_connections,
-                                  max_keepalive_connections=self._max_connections)
-            # No httpx timeouts: the caller's total deadline (asyncio.wait_for) bounds each attempt.
-            self._client = httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(None))
-            self._pid = os.getpid()
-        return self._client
+    def _new_client(self, connections: int) -> Any:
+        import httpx
+
+        if self._tls is None:
+            # One TLS context for every lane (loading the CA bundle costs tens of milliseconds each).
+            make = getattr(httpx, "create_ssl_context", None)
+            self._tls = make() if make is not None else True
+        limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+        # No httpx timeouts: the caller's total deadline (asyncio.wait_for) bounds each attempt.
+        return httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(None), verify=self._tls)
 
     async def complete(self, body: bytes) -> Any:
         """POST one chat request; the parsed reply, or the exception its status or body calls for."""
-        response = await self._http().post(self.url, content=body, headers=self._headers())
+        i = self._lane()
+        self._busy[i] += 1
+        try:
+            response = await self._lanes[i].post(self.url, content=body, headers=self._headers())
+        finally:
+            self._busy[i] -= 1
         raw = response.content
         if response.status_code >= 300:
             raise http_error(response.status_code, raw, dict(response.headers))

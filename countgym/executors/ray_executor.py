@@ -307,8 +307,10 @@ def _run_shard(
     def over_budget() -> bool:
         return max_cost is not None and summary["cost"] >= max_cost
 
+    env_id = spec.env_id()  # once per task: resolving reads the dataset's manifest
+
     def one(sid: str, r: int) -> EpisodeRecord:
-        return run_one(spec, ds, factory, log_stem, sid, r)
+        return run_one(spec, ds, factory, log_stem, sid, r, env_id)
 
     if run_pairs(pairs, one, record, over_budget, concurrency):
         summary["stopped_by_cost"] = True

@@ -383,7 +383,8 @@ class TestServer:
 
     Args:
         port: TCP port; 0 picks a free one (see ``base_url``).
-        latency_s: simulated model latency added to every answered request.
+        latency_s: simulated model latency: every answer is sent this long after its request
+            arrived (the server's own work happens within it).
         faults: per-kind fault probabilities, e.g. ``{"429": 0.1, "500": 0.05}``.
         schedule: explicit faults for the first requests (``None`` or ``"ok"`` = answer normally);
             after it ends, ``faults`` applies.
@@ -532,6 +533,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802 - stdlib name
         state = self.server_state
+        # The latency runs from the request's arrival: the reply is worked out while the simulated
+        # model "thinks", so the server's own work is not added on top of it (and 64 requests that
+        # arrive together are not queued behind each other's image analysis).
+        arrived = time.monotonic()
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
@@ -558,12 +563,14 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if fault == "timeout":
             time.sleep(state.timeout_sleep_s)
-        if state.latency_s > 0:
-            time.sleep(state.latency_s)
-        if fault and self._send_fault(fault):
-            return
+            arrived = time.monotonic()
+        if fault and fault not in ("empty", "filter", "trickle"):
+            self._wait(arrived)
+            if self._send_fault(fault):
+                return
         model = str(body.get("model", "blob"))
         if fault == "empty":
+            self._wait(arrived)
             self._send_json(
                 200, _envelope(index, model, None, {"prompt_tokens": 1, "completion_tokens": 0})
             )
@@ -575,6 +582,7 @@ class _Handler(BaseHTTPRequestHandler):
             if native:
                 text, tool_calls = to_tool_calls(text, index)
         except Exception as e:  # a bad image in the request is the client's fault
+            self._wait(arrived)
             self._send_json(
                 400,
                 {
@@ -588,6 +596,7 @@ class _Handler(BaseHTTPRequestHandler):
         usage = estimate_usage(messages, text, 0 if _thinking_off(body) else state.reasoning_tokens)
         finish = "content_filter" if fault == "filter" else ("tool_calls" if tool_calls else "stop")
         reply = _envelope(index, model, text if fault != "filter" else "", usage, finish, tool_calls)
+        self._wait(arrived)
         if body.get("stream"):
             include = bool((body.get("stream_options") or {}).get("include_usage"))
             self._send_stream(_stream_chunks(reply, include_usage=include))
@@ -595,6 +604,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(
                 200, reply, trickle_s=state.trickle_interval_s if fault == "trickle" else None
             )
+
+    def _wait(self, arrived: float) -> None:
+        """Sleep until the simulated latency has passed since ``arrived``."""
+        left = self.server_state.latency_s - (time.monotonic() - arrived)
+        if left > 0:
+            time.sleep(left)
 
     def _send_stream(self, chunks: list[dict[str, Any]]) -> None:
         """Server-sent events, ending with ``data: [DONE]``."""
@@ -765,7 +780,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``countgym testserver``: serve until interrupted; prints the base URL first."""
     ap = _OneLineParser(prog="countgym testserver", description=__doc__.splitlines()[0])
     ap.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (0 = any free port)")
-    ap.add_argument("--latency", type=float, default=0.0, help="simulated model latency in seconds")
+    ap.add_argument("--latency", type=float, default=0.0, help="simulated model latency in seconds, from the request's arrival to its answer")
     ap.add_argument(
         "--faults", type=_parse_faults, default={}, help="e.g. 429=0.1,500=0.05,drop=0.02"
     )
