@@ -20,7 +20,7 @@ from countgym.envs.common import (
     set_reply,
     stimulus_pool,
 )
-from countgym.envs.originals import Original, load_original
+from countgym.envs.originals import Original, load_original, mark_drawn_over
 from countgym.envs.parser import ParseResult, parse_action
 from countgym.envs.render import crop_view, erase_radius, render_working_image
 from countgym.envs.rewards import RewardFn, resolve_reward
@@ -547,8 +547,12 @@ class CountImageEnv(gym.Env):
             return {"image": self._original.first_view(), "text": text, "system": system}
         img = self._working_image()
         if crop_box is not None:
-            img = crop_view(img, crop_box)
-        return {"image": np.asarray(img), "text": text, "system": system}
+            return {"image": np.asarray(crop_view(img, crop_box)), "text": text, "system": system}
+        image = np.asarray(img)
+        if self._original is not None:
+            # Marks over the shared unmarked view: encoders redo only the rows that changed.
+            mark_drawn_over(image, self._original)
+        return {"image": image, "text": text, "system": system}
 
     def _reward_stimulus(self) -> Stimulus:
         """The stimulus with ground-truth points in the working-image frame (for rewards)."""

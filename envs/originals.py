@@ -53,7 +53,25 @@ class Original:
 
 _CACHE: OrderedDict[tuple[Any, ...], Original] = OrderedDict()
 _COPIES: dict[int, tuple[Any, ...]] = {}
+_DRAWN: dict[int, tuple[tuple[Any, ...], np.ndarray]] = {}
 _LOCK = threading.Lock()
+
+
+def mark_drawn_over(out: np.ndarray, original: Original) -> np.ndarray:
+    """Note that ``out`` (a working image, same size) is ``original``'s unmarked view with marks
+    drawn on it, while ``out`` lives: encoders then redo only the rows that differ
+    (``drawn_over``). Returns ``out``."""
+    if original.key is not None and out.shape == original.view.shape:
+        with _LOCK:
+            _DRAWN[id(out)] = (original.key, original.view)
+        weakref.finalize(out, _DRAWN.pop, id(out), None)
+    return out
+
+
+def drawn_over(array: Any) -> tuple[tuple[Any, ...], np.ndarray] | None:
+    """(key, pixels) of the unmarked view ``array`` was drawn over, or None."""
+    with _LOCK:
+        return _DRAWN.get(id(array))
 
 
 def view_key(array: Any) -> tuple[Any, ...] | None:
@@ -67,8 +85,9 @@ def load_original(dataset: Any, stimulus: Any, max_side: int) -> Original:
     """The stimulus's image fitted to ``max_side``, from the cache when its file is unchanged."""
     key: tuple[Any, ...] | None
     try:
-        st = dataset.image_path(stimulus).stat()
-        key = (str(dataset.image_path(stimulus)), st.st_size, st.st_mtime_ns, st.st_ino, max_side)
+        path = dataset.image_path(stimulus)
+        st = path.stat()
+        key = (str(path), st.st_size, st.st_mtime_ns, st.st_ino, max_side)
     except (OSError, AttributeError):
         key = None  # no file to key on: load it (a missing file raises its usual error there)
     if key is not None:

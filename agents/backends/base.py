@@ -21,8 +21,9 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from PIL import Image
 
+from countgym.agents.backends.png_bands import encode_png_over
 from countgym.envs.actions import Reply
-from countgym.envs.originals import view_key
+from countgym.envs.originals import drawn_over, view_key
 from countgym.logs import Usage
 
 Message = dict[str, Any]
@@ -197,9 +198,21 @@ def encode_png(image: np.ndarray) -> bytes:
     return _PNG_SIGNATURE + _png_chunk(b"IHDR", ihdr) + _png_chunk(b"IDAT", idat) + _png_chunk(b"IEND", b"")
 
 
+def _encode(image: np.ndarray) -> bytes:
+    """``encode_png``, or only the changed row bands when ``image`` was drawn over a cached
+    unmarked view (``countgym.agents.backends.png_bands``)."""
+    over = drawn_over(image)
+    if over is not None:
+        png = encode_png_over(np.asarray(image), *over)
+        if png is not None:
+            return png
+    return encode_png(image)
+
+
 def png_data_url(image: np.ndarray) -> str:
     """The image as a base64 PNG data URL (lossless, ``encode_png``; cached per live array object,
-    and per distinct unmarked view of a stimulus).
+    and per distinct unmarked view of a stimulus; a view drawn over one re-encodes only its
+    changed row bands).
 
     The cache assumes arrays are not mutated in place after being sent, which holds for
     observations (the environment returns a fresh array each step).
@@ -215,7 +228,7 @@ def png_data_url(image: np.ndarray) -> str:
     with _PNG_LOCK:
         url = _VIEW_URLS.get(view) if view is not None else None
     if url is None:
-        url = "data:image/png;base64," + base64.b64encode(encode_png(image)).decode("ascii")
+        url = "data:image/png;base64," + base64.b64encode(_encode(image)).decode("ascii")
         if view is not None:
             with _PNG_LOCK:
                 _VIEW_URLS[view] = url
