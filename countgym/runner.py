@@ -24,6 +24,7 @@ from tqdm import tqdm
 import countgym
 from countgym.celllock import cell_lock
 from countgym.cells import CellSpec, clear_log, done_in_files, drop_transient_errors, log_files_of
+from countgym.cpu_slots import cpu_slot
 from countgym.deadlines import episode_scope
 from countgym.envs import templates as tpl
 from countgym.envs.actions import Reply
@@ -95,9 +96,10 @@ def run_episode(
 def _run_episode(
     env: Any, policy: Any, stimulus_id: str, *, repeat: int, seed: int, episode_id: str | None, max_steps: int
 ) -> EpisodeRecord:
-    obs, _info = env.reset(
-        seed=seed, options={"stimulus_id": stimulus_id, "repeat": repeat, "episode_id": episode_id}
-    )
+    with cpu_slot():
+        obs, _info = env.reset(
+            seed=seed, options={"stimulus_id": stimulus_id, "repeat": repeat, "episode_id": episode_id}
+        )
     stim = env.stimulus
     # Every task env exposes the size of what the policy sees (frames for video).
     w, h = env.image_size if hasattr(env, "image_size") else env.state.original.size
@@ -136,7 +138,8 @@ def _run_episode(
             raise
         except Exception as e:  # noqa: BLE001
             action = Reply(text="", error=f"policy failed: {type(e).__name__}: {e}")
-        obs, _r, terminated, truncated, _info = env.step(action)
+        with cpu_slot():  # rendering: at most one thread per core (``countgym.cpu_slots``)
+            obs, _r, terminated, truncated, _info = env.step(action)
         if terminated or truncated:
             break
     else:

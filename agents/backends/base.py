@@ -22,6 +22,7 @@ import numpy as np
 from PIL import Image
 
 from countgym.agents.backends.png_bands import encode_png_over
+from countgym.cpu_slots import cpu_slot
 from countgym.envs.actions import Reply
 from countgym.envs.originals import drawn_over, view_key
 from countgym.logs import Usage
@@ -228,7 +229,8 @@ def png_data_url(image: np.ndarray) -> str:
     with _PNG_LOCK:
         url = _VIEW_URLS.get(view) if view is not None else None
     if url is None:
-        url = "data:image/png;base64," + base64.b64encode(_encode(image)).decode("ascii")
+        with cpu_slot():  # at most one encode per core (``countgym.cpu_slots``)
+            url = "data:image/png;base64," + base64.b64encode(_encode(image)).decode("ascii")
         if view is not None:
             with _PNG_LOCK:
                 _VIEW_URLS[view] = url
