@@ -256,8 +256,9 @@ def _burst(url: str, n: int, max_connections: int) -> tuple[Any, list[Any]]:
 @pytest.fixture
 def slow() -> Iterator[tuple[str, type[_Slow]]]:
     handler = type("Handler", (_Slow,), {"replies": [], "ports": [], "in_flight": 0, "peak": 0, "lock": threading.Lock()})
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    httpd.request_queue_size = 128
+    # A backlog for 30 connections at once (the default of 5 resets some under load).
+    httpd = type("Server", (ThreadingHTTPServer,), {"request_queue_size": 128, "daemon_threads": True})(
+        ("127.0.0.1", 0), handler)
     t = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     t.start()
     try:
