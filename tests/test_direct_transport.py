@@ -151,10 +151,14 @@ class _Canned(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
-@pytest.fixture
-def canned() -> Iterator[tuple[str, type[_Canned]]]:
-    handler = type("Handler", (_Canned,), {"replies": []})
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128  # dozens of connections at once (the default of 5 resets some under load)
+
+
+def _serve(handler: Any) -> Iterator[tuple[str, Any]]:
+    """A local server for ``handler`` in a background thread: yields (its /v1 URL, the handler)."""
+    httpd = _Server(("127.0.0.1", 0), handler)
     t = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     t.start()
     try:
@@ -162,6 +166,11 @@ def canned() -> Iterator[tuple[str, type[_Canned]]]:
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+@pytest.fixture
+def canned() -> Iterator[tuple[str, type[_Canned]]]:
+    yield from _serve(type("Handler", (_Canned,), {"replies": []}))
 
 
 BAD_BODIES = [
@@ -255,17 +264,8 @@ def _burst(url: str, n: int, max_connections: int) -> tuple[Any, list[Any]]:
 
 @pytest.fixture
 def slow() -> Iterator[tuple[str, type[_Slow]]]:
-    handler = type("Handler", (_Slow,), {"replies": [], "ports": [], "in_flight": 0, "peak": 0, "lock": threading.Lock()})
-    # A backlog for 30 connections at once (the default of 5 resets some under load).
-    httpd = type("Server", (ThreadingHTTPServer,), {"request_queue_size": 128, "daemon_threads": True})(
-        ("127.0.0.1", 0), handler)
-    t = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    t.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1", handler
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    yield from _serve(type("Handler", (_Slow,), {"replies": [], "ports": [], "in_flight": 0, "peak": 0,
+                                                 "lock": threading.Lock()}))
 
 
 def test_concurrent_requests_spread_over_small_pools_and_reuse_connections(slow) -> None:

@@ -144,11 +144,11 @@ clients keep that walk short."""
 
 
 class DirectTransport:
-    """Pooled async HTTP clients per process, created on the event loop they serve: a request
-    goes to the first lane with a free connection (fewer requests in flight than its size, at most
-    ``LANE_CONNECTIONS``), a new lane
-    opens when every lane is full, and once ``max_connections`` are open requests queue on the
-    least busy lane."""
+    """Pooled async HTTP clients ("lanes") per process, created on the event loop they serve.
+
+    A request goes to the first lane with a free connection (fewer requests in flight than its
+    size, at most ``LANE_CONNECTIONS``); a new lane opens when every lane is full; once
+    ``max_connections`` connections are open, requests queue on the least busy lane."""
 
     def __init__(self, api_base: str, api_key: str | None, extra_headers: dict[str, str] | None = None,
                  max_connections: int = MAX_CONCURRENCY) -> None:
