@@ -67,12 +67,14 @@ def bootstrap_ratios(
     if n == 0:
         return out
     chunk = max(1, _CHUNK_ENTRIES // n)
+    # A denominator of ones (a plain mean) sums to the resample size exactly: not gathered.
+    ones = [bool((den[j] == 1.0).all()) for j in range(k)]
     for start in range(0, n_resamples, chunk):
         stop = min(n_resamples, start + chunk)
         idx = rng.integers(0, n, size=(stop - start, n))
         for j in range(k):
             s_num = num[j][idx].sum(axis=1)
-            s_den = den[j][idx].sum(axis=1)
+            s_den = np.full(stop - start, float(n)) if ones[j] else den[j][idx].sum(axis=1)
             with np.errstate(invalid="ignore", divide="ignore"):
                 out[j, start:stop] = np.where(
                     s_den > 0, s_num / np.where(s_den > 0, s_den, 1), np.nan

@@ -173,28 +173,19 @@ def _image_rates(
     return uniq, np.split(values, starts[1:])
 
 
-_DRAW_ENTRIES = 1 << 25
-"""Resample indices drawn in one call up to this many (128 MiB as uint32), in row chunks above."""
-
-
 def _resampled_means(r: np.ndarray, n_resamples: int, rng: np.random.Generator) -> np.ndarray:
     """The means of ``n_resamples`` resamples (with replacement) of ``r``.
 
-    Up to ``_DRAW_ENTRIES`` indices are drawn in one call (uint32 draws the same values as
-    the default int64 in half the memory) and averaged a block of rows at a time; a larger
-    level (tens of thousands of images) draws its resamples in blocks of rows, a different
-    but equally random stream, so that memory stays bounded."""
+    The indices are drawn a block of rows at a time (about ``_CHUNK_ENTRIES`` each) and
+    averaged as they come: numpy draws bounded integers below 2**32 from one running 32-bit
+    stream whatever the block sizes, so the means are those of the single index matrix one
+    call would draw, in bounded memory."""
     m = len(r)
     out = np.empty(n_resamples)
     rows = max(1, _CHUNK_ENTRIES // m)
-    if n_resamples * m <= _DRAW_ENTRIES:
-        pick = rng.integers(0, m, size=(n_resamples, m), dtype=np.uint32)
-        for start in range(0, n_resamples, rows):
-            out[start : start + rows] = r[pick[start : start + rows]].mean(axis=1)
-        return out
     for start in range(0, n_resamples, rows):
         stop = min(n_resamples, start + rows)
-        out[start:stop] = r[rng.integers(0, m, size=(stop - start, m), dtype=np.uint32)].mean(axis=1)
+        out[start:stop] = r[rng.integers(0, m, size=(stop - start, m))].mean(axis=1)
     return out
 
 

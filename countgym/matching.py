@@ -189,16 +189,6 @@ def _max_matching(rows: list[int], cols: list[int]) -> int:
     for r, c in zip(rows, cols, strict=True):
         adj.setdefault(r, []).append(c)
     owner: dict[int, int] = {}
-
-    def augment(r: int, seen: set[int]) -> bool:
-        for c in adj[r]:
-            if c not in seen:
-                seen.add(c)
-                if c not in owner or augment(owner[c], seen):
-                    owner[c] = r
-                    return True
-        return False
-
     # A greedy start, then one augmenting-path search per row it left unmatched (a row with
     # no augmenting path now never gets one later: Kuhn's argument holds from any matching).
     left = []
@@ -209,7 +199,20 @@ def _max_matching(rows: list[int], cols: list[int]) -> int:
                 break
         else:
             left.append(r)
-    return len(adj) - len(left) + sum(augment(r, set()) for r in left)
+    return len(adj) - len(left) + sum(_augment(r, adj, owner, set()) for r in left)
+
+
+def _augment(r: int, adj: dict[int, list[int]], owner: dict[int, int], seen: set[int]) -> bool:
+    """Whether an augmenting path starts at row ``r`` (``owner`` updated along it). A function
+    of its own, not a closure over ``adj`` and ``owner``: a recursive closure is a reference
+    cycle that keeps each call's graph alive until the garbage collector runs."""
+    for c in adj[r]:
+        if c not in seen:
+            seen.add(c)
+            if c not in owner or _augment(owner[c], adj, owner, seen):
+                owner[c] = r
+                return True
+    return False
 
 
 def _matched_count(

@@ -167,6 +167,22 @@ def test_bootstrap_chunking_does_not_change_results(monkeypatch: pytest.MonkeyPa
     np.testing.assert_array_equal(full, chunked)
 
 
+def test_bootstrap_ratios_are_the_resampled_sums_over_their_denominators() -> None:
+    """Each resample's ratio is sum(num[idx]) / sum(den[idx]) over the drawn indices, for a
+    denominator of ones (taken as the resample size, not gathered), a 0/1 denominator and a
+    general one alike."""
+    rng = np.random.default_rng(4)
+    n = 37
+    num = np.stack([rng.random(n), rng.integers(0, 9, n).astype(float), rng.random(n)])
+    den = np.stack([np.ones(n), (rng.random(n) < 0.7).astype(float), rng.random(n) + 0.5])
+    got = bootstrap_ratios(num, den, n_resamples=50, seed=3)
+    idx = np.random.default_rng(3).integers(0, n, size=(50, n))
+    for j in range(3):
+        s_den = den[j][idx].sum(axis=1)
+        want = np.where(s_den > 0, num[j][idx].sum(axis=1) / np.where(s_den > 0, s_den, 1), np.nan)
+        np.testing.assert_array_equal(got[j], want)
+
+
 def test_bootstrap_coverage_near_nominal() -> None:
     # A 95 % interval should cover the true mean in about 95 % of replications.
     rng = np.random.default_rng(11)

@@ -182,6 +182,22 @@ def test_resampled_means_are_the_one_draw_means() -> None:
     assert np.array_equal(got, want)
 
 
+@pytest.mark.parametrize(("m", "chunk"), [(9_999, 2_010_000), (7, 15), (216, 1_000_000), (5, 4)])
+def test_resampled_means_in_blocks_are_the_one_draw_means(m: int, chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocks of rows, odd-sized ones included, give the means of the one index matrix a
+    single call draws, and leave the generator where that call leaves it."""
+    import countgym.analysis.r80 as r80
+
+    monkeypatch.setattr(r80, "_CHUNK_ENTRIES", chunk)
+    r = np.random.default_rng(2).random(m)
+    rng = np.random.default_rng(5)
+    got = _resampled_means(r, 333, rng)
+    one = np.random.default_rng(5)
+    want = r[one.integers(0, m, size=(333, m))].mean(axis=1)
+    assert np.array_equal(got, want)
+    assert rng.integers(0, m, size=9).tolist() == one.integers(0, m, size=9).tolist()
+
+
 def test_counting_range_of_a_crowded_level_in_bounded_memory() -> None:
     """40,000 images at one level x 2,000 resamples: drawing every index at once took 640 MB
     (plus as much again for the picked values); the bootstrap stays under 100 MB."""
