@@ -113,9 +113,10 @@ def scale_points(
 
 
 def tag_array(tags: Sequence[tuple[float, float]]) -> np.ndarray:
-    """A record's tags (validated pairs of floats) as an (n, 2) float array, read by numpy's
-    iterator reader: half the time of ``np.asarray`` on a list of pairs, the same values.
-    Tags that do not flatten to two numbers each take ``np.asarray`` (and its errors)."""
+    """Validated points (a record's tags, a stimulus's points: pairs of floats) as an (n, 2)
+    float array, read by numpy's iterator reader: half the time of ``np.asarray`` on a list of
+    pairs, the same values. Points that do not flatten to two numbers each take
+    ``np.asarray`` (and its errors)."""
     try:
         flat = np.fromiter(chain.from_iterable(tags), dtype=float)
     except (TypeError, ValueError):
@@ -252,6 +253,7 @@ def audit_episodes(
     tau_scales: Sequence[float] = TAU_SCALES,
     meta_keys: Sequence[str] = META_KEYS,
     label_arms: bool = True,
+    arm_memo: ArmMemo | None = None,
 ) -> pd.DataFrame:
     """One row per episode: counting metrics plus the point-level audit.
 
@@ -263,7 +265,8 @@ def audit_episodes(
     ``countgym.scenes.resolve_dataset``); each dataset is resolved once. Duplicate episode ids
     are skipped with a warning. With ``label_arms`` (default) the ``arm`` column tells apart
     variants of one arm name that differ in their options (``tag`` vs ``tag[order=reverse]``,
-    see ``arms.arm_labels``); otherwise it is the bare arm name.
+    see ``arms.arm_labels``); otherwise it is the bare arm name. ``arm_memo``: the memo of
+    arm-derived values to use (one shared with a pass over the same records saves its work).
     """
     _check_audit_args(tau_scales, meta_keys)
     lookup = _StimulusLookup(resolve or _default_resolve)
@@ -285,7 +288,7 @@ def audit_episodes(
     seen: set[str] = set()
     n_dup = 0
     first_dup = ""
-    arm_memo = ArmMemo()  # the arm-derived values, once per distinct option set
+    arm_memo = ArmMemo() if arm_memo is None else arm_memo  # values once per distinct option set
     arm_cells = ArmCells(arm_memo)
     cell_of_row: list[int] = []
 
@@ -318,7 +321,7 @@ def audit_episodes(
             if key in gt_cache:
                 gt_cache.move_to_end(key)
             else:
-                pts = scale_points(stim.points, rec.stimulus_size, rec.image_size)
+                pts = scale_points(tag_array(stim.points), rec.stimulus_size, rec.image_size)
                 gt_cache[key] = (pts, tau_for(pts))
                 if len(gt_cache) > GT_CACHE_SIZE:
                     gt_cache.popitem(last=False)

@@ -101,7 +101,9 @@ def compute_tables(
     )
     _check_options(popts)
     inputs = PrincipleInputs(cache, popts)
-    episodes = audit_episodes(inputs.tap(records), resolve=cache.resolver, tau_scales=tau_scales)
+    episodes = audit_episodes(
+        inputs.tap(records), resolve=cache.resolver, tau_scales=tau_scales, arm_memo=inputs.arm_memo
+    )
     if episodes.empty:
         raise NoEpisodes("no episode records to audit")
     summary = summarize(
