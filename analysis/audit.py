@@ -112,18 +112,18 @@ def scale_points(
     return p * np.array([iw / sw, ih / sh])
 
 
-def tag_array(tags: Sequence[tuple[float, float]]) -> np.ndarray:
+def points_array(points: Sequence[tuple[float, float]]) -> np.ndarray:
     """Validated points (a record's tags, a stimulus's points: pairs of floats) as an (n, 2)
     float array, read by numpy's iterator reader: half the time of ``np.asarray`` on a list of
     pairs, the same values. Points that do not flatten to two numbers each take
     ``np.asarray`` (and its errors)."""
     try:
-        flat = np.fromiter(chain.from_iterable(tags), dtype=float)
+        flat = np.fromiter(chain.from_iterable(points), dtype=float)
     except (TypeError, ValueError):
         flat = None
-    if flat is not None and flat.size == 2 * len(tags):
+    if flat is not None and flat.size == 2 * len(points):
         return flat.reshape(-1, 2)
-    return np.asarray(tags, dtype=float).reshape(-1, 2)
+    return np.asarray(points, dtype=float).reshape(-1, 2)
 
 
 def audit_tags(
@@ -321,13 +321,13 @@ def audit_episodes(
             if key in gt_cache:
                 gt_cache.move_to_end(key)
             else:
-                pts = scale_points(tag_array(stim.points), rec.stimulus_size, rec.image_size)
+                pts = scale_points(points_array(stim.points), rec.stimulus_size, rec.image_size)
                 gt_cache[key] = (pts, tau_for(pts))
                 if len(gt_cache) > GT_CACHE_SIZE:
                     gt_cache.popitem(last=False)
             pts, tau = gt_cache[key]
             audit = audit_tags(
-                tag_array(rec.tags),
+                points_array(rec.tags),
                 pts,
                 shorter_side=float(min(frame)) if frame else None,
                 tau=tau,

@@ -16,7 +16,7 @@ import pandas as pd
 from countgym.logs import EpisodeRecord
 
 from .arms import ArmMemo
-from .audit import tag_array
+from .audit import points_array
 from .direct import DIRECT_ARMS, departures_table, tags_vs_direct_table
 from .lattice import lattice_table
 from .order import (
@@ -94,7 +94,7 @@ class PrincipleInputs:
                     memo=self.arm_memo,
                 )  # fmt: skip
             )
-        self.taus[rec.episode_id] = traversal_tau(tag_array(rec.tags), min_tags=self.options.min_traversal_tags)
+        self.taus[rec.episode_id] = traversal_tau(points_array(rec.tags), min_tags=self.options.min_traversal_tags)
         if rec.tags and self.stimuli.cells(rec) is not None:
             self.lattice.append(self.n)
         self.n += 1

@@ -187,6 +187,21 @@ def test_audit_holds_no_records(tmp_path: Path) -> None:
     assert most_alive <= 1
 
 
+def test_points_array_is_numpys_array_of_the_pairs() -> None:
+    from countgym.analysis.audit import points_array
+
+    pts = [(1.5, 2.25), (1e-300, -3.0), (0.1, 0.2), (767.9999999999999, 1e308)]
+    got = points_array(pts)
+    assert got.dtype == np.float64 and got.shape == (4, 2)
+    assert np.array_equal(got, np.asarray(pts, dtype=float))
+    assert points_array([]).shape == (0, 2)
+    assert np.array_equal(points_array(np.array(pts)), got)
+    with pytest.raises(ValueError):
+        points_array([(1.0, 2.0, 3.0)])  # not pairs: numpy's own error
+    with pytest.raises(ValueError):
+        points_array([("a", 1.0)])
+
+
 def test_the_audit_leaves_no_reference_cycles_per_record(tmp_path: Path) -> None:
     """Each record's matching is freed when its row is made, with no reference cycle left for
     the garbage collector (a recursive closure in the matcher left about 40 objects per
