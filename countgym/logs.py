@@ -463,10 +463,11 @@ def _current_json_validator(cls: type[EpisodeRecord]) -> Callable[[str], Episode
     is one on which the migration changes nothing, so the record is the same; the record is
     made as ``model_construct`` makes one. Where pydantic lays out the model's schema
     differently, or the result differs from the full validation's on a probe record, the full
-    validation is used, as it is for a subclass with an ``__init__`` of its own."""
+    validation is used, as it is for a model with an ``__init__`` or ``model_post_init`` of its
+    own."""
     full = cls.model_validate_json
     schema = cls.__pydantic_core_schema__
-    if schema.get("custom_init"):
+    if schema.get("custom_init") or getattr(cls, "__pydantic_post_init__", None):
         return full
     inner = schema.get("schema") if schema.get("type") == "model" else None
     fields = inner.get("schema") if isinstance(inner, dict) and inner.get("type") == "function-before" else None

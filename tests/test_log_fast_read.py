@@ -107,6 +107,17 @@ def test_a_subclass_with_its_own_init_gets_the_full_validation() -> None:
     assert type(rec) is Counted and Counted.made == 1
 
 
+def test_a_subclass_with_a_post_init_gets_the_full_validation() -> None:
+    class Seen(EpisodeRecord):
+        seen: ClassVar[int] = 0
+
+        def model_post_init(self, context: Any, /) -> None:
+            type(self).seen += 1
+
+    rec = logs._current_json_validator(Seen)(LINES["valid"])
+    assert type(rec) is Seen and Seen.seen == 1
+
+
 @pytest.mark.parametrize("name", sorted(LINES))
 def test_a_line_reads_the_same_with_and_without_the_fast_reader(name: str) -> None:
     line = LINES[name]
