@@ -118,6 +118,8 @@ def model_labels(records: Iterable[Any]) -> list[str]:
 # --- distinct short text ----------------------------------------------------------------------
 
 ELLIPSIS = "…"
+_SEPARATORS = ";[](),/@ |:"
+"""Characters that end a word of a label (an option, a path part, a host)."""
 
 
 def middle_cut(text: str, width: int) -> str:
@@ -136,22 +138,27 @@ def distinct_cuts(values: Sequence[str], width: int) -> list[str]:
     """Each value cut to at most ``width`` characters so that different values stay different
     texts: the middle is dropped (``middle_cut``), keeping the longest common prefix and
     suffix out of the kept part first, so the cut falls where the values agree. Values that
-    still collide get a ``~k`` ending (a number unique among them)."""
+    still collide get a ``~k`` ending (``k`` the value's place among the distinct values)."""
     uniq = list(dict.fromkeys(values))
     long = [v for v in uniq if len(v) > width]
     out: dict[str, str] = {v: v for v in uniq if len(v) <= width}
     if long:
         prefix = os.path.commonprefix(long)
         suffix = os.path.commonprefix([v[::-1] for v in long])[::-1]
+        # Whole words around the difference: ``budget=3``, not ``3``.
+        prefix = prefix[: max((prefix.rfind(c) + 1 for c in _SEPARATORS), default=0)]
+        cut = [i for i in (suffix.find(c) for c in _SEPARATORS) if i >= 0]
+        suffix = suffix[min(cut) :] if cut else ""
         for v in long:
             out[v] = _cut_shared(v, width, len(prefix), len(suffix))
     taken: dict[str, list[str]] = {}
     for v in uniq:
         taken.setdefault(out[v], []).append(v)
+    index = {v: k for k, v in enumerate(uniq, 1)}
     for text, members in taken.items():
         if len(members) > 1:
-            for k, v in enumerate(members, 1):
-                tag = f"~{k}"
+            for v in members:
+                tag = f"~{index[v]}"
                 out[v] = middle_cut(v, width - len(tag)) + tag if len(v) + len(tag) > width else v + tag
     return [out[v] for v in values]
 
