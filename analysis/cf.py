@@ -474,7 +474,8 @@ def plot_blur_sweep(frame: pd.DataFrame, *, seed: int = 0, max_models: int = 4) 
     scores = blur_sweep_scores(frame, seed=seed, n_resamples=1000)
     if scores.empty:
         return None
-    models = sorted(scores["model"].astype(str).unique())[:max_models]
+    every = sorted(scores["model"].astype(str).unique())
+    models = every[:max_models]
     fig = Figure(figsize=(12, 3.2 * len(models) + 0.6), dpi=100, layout="constrained")
     axes = np.atleast_2d(fig.subplots(len(models), 2, squeeze=False))
     styles = {BLUR_FORMATS: ("-", 2.0, "mean of MCQ and OE"), "mcq": ("--", 1.0, "MCQ"), "oe": (":", 1.0, "OE")}
@@ -511,7 +512,9 @@ def plot_blur_sweep(frame: pd.DataFrame, *, seed: int = 0, max_models: int = 4) 
             ax.set_ylim(-0.02, 1.02)
             ax.set_ylabel("rate")
     axes[0][1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    fig.suptitle("Blur sweep (Figure 20): CF accuracy and bias rate; thin lines = unblurred baseline", fontsize=10)
+    shown = f" (first {len(models)} of {len(every)} models; all in cf_blur_sweep.csv)" if len(every) > len(models) else ""
+    fig.suptitle("Blur sweep (Figure 20): CF accuracy and bias rate; thin lines = unblurred baseline" + shown,
+                 fontsize=10)
     return fig
 
 
