@@ -155,7 +155,7 @@ def distinct_cuts(values: Sequence[str], width: int) -> list[str]:
     for v in uniq:
         taken.setdefault(out[v], []).append(v)
     index = {v: k for k, v in enumerate(uniq, 1)}
-    for text, members in taken.items():
+    for members in taken.values():
         if len(members) > 1:
             for v in members:
                 tag = f"~{index[v]}"

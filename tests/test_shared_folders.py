@@ -12,8 +12,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from countgym.analysis.cf import blur_sweep_scores, cf_frame, cf_scores, intervention_label, paired_deltas
-from countgym.analysis.contrasts import contrast_labels, contrasts_table
+from countgym.analysis.cf import (
+    blur_sweep_scores,
+    cf_frame,
+    cf_scores,
+    intervention_label,
+    paired_deltas,
+)
+from countgym.analysis.contrasts import contrast_labels
 from countgym.analysis.glance import WIDTH, Glance, render
 from countgym.analysis.naming import distinct_cuts, endpoint_identity, middle_cut, model_labels
 from countgym.analysis.pipeline import compute_tables
