@@ -35,6 +35,7 @@ from countgym.matching import match_counts, median_of, tau_for
 from countgym.stimulus import Dataset, Stimulus
 
 from .arms import OPTION_COLUMNS, ArmCells, ArmMemo
+from .naming import ModelLabels
 
 Resolver = Callable[[str], Dataset]
 
@@ -291,6 +292,9 @@ def audit_episodes(
     arm_memo = ArmMemo() if arm_memo is None else arm_memo  # values once per distinct option set
     arm_cells = ArmCells(arm_memo)
     cell_of_row: list[int] = []
+    # One model name served at two endpoints (api_base) is two models: labelled by host.
+    model_cells = ModelLabels()
+    model_of_row: list[int] = []
 
     for rec in records:
         if rec.episode_id in seen:
@@ -300,6 +304,7 @@ def audit_episodes(
         seen.add(rec.episode_id)
         if label_arms:
             cell_of_row.append(arm_cells.add(rec))
+        model_of_row.append(model_cells.add(rec.model, rec.arm.options))
         arm = rec.arm.name
         stim = lookup.get(rec.dataset, rec.stimulus_id)
         n_true = rec.truth.n if rec.truth is not None else (stim.n if stim is not None else None)
@@ -405,6 +410,8 @@ def audit_episodes(
     if label_arms:
         labels = arm_cells.labels()
         cols["arm"] = [labels[c] for c in cell_of_row]
+    model_names = model_cells.labels()
+    cols["model"] = [model_names[c] for c in model_of_row]
     for ds, k in lookup.missing.items():
         warnings.warn(
             f"{k} stimulus ids not found in dataset {ds!r}; those episodes get no audit",

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,7 @@ from countgym.secrets import scrub_data
 from countgym.stimulus import Dataset, Stimulus
 
 from .bootstrap import bootstrap_ratios, percentile_interval
+from .naming import model_labels
 
 OUTCOMES: tuple[str, ...] = ("correct", "biased", "other", "no_answer")
 INTERVENTION_KEYS: tuple[str, ...] = ("blur", "cue", "generic", "thinking", "attention")
@@ -39,10 +42,40 @@ SCORE_COLUMNS: tuple[str, ...] = (
 
 
 # =========================================================================== the frame
+BLUR_DEFAULT: tuple[float, float] = (48.0, 4.0)
+"""The paper's blur setting (radius 48 px, feathering 4 px; Section 4.1.2, picked by the sweep of
+Appendix C.5.3): the one the plain ``blur`` label means."""
+
+
+def blur_setting(env_options: dict[str, Any]) -> tuple[float, float] | None:
+    """(blur radius, feathering) of an episode with the blur intervention on, else None."""
+    if not env_options.get("blur"):
+        return None
+    r, f = env_options.get("blur_radius", BLUR_DEFAULT[0]), env_options.get("feather", BLUR_DEFAULT[1])
+    try:
+        return float(r), float(f)
+    except (TypeError, ValueError):
+        return BLUR_DEFAULT
+
+
+def _num_text(x: float) -> str:
+    return f"{x:g}"
+
+
 def intervention_label(env_options: dict[str, Any]) -> str:
     """``baseline`` or the active interventions joined by ``+`` (blur, cue, generic, thinking,
-    attention) -- the paper's comparison axis."""
-    on = [k for k in INTERVENTION_KEYS if env_options.get(k)]
+    attention) -- the paper's comparison axis. A blur setting other than the paper's (radius
+    48, feathering 4) is named: ``blur(r=8,f=4)``, so each setting of the blur sweep (Appendix
+    C.5.3) is its own level."""
+    on = []
+    for k in INTERVENTION_KEYS:
+        if not env_options.get(k):
+            continue
+        setting = blur_setting(env_options) if k == "blur" else None
+        if setting is not None and setting != BLUR_DEFAULT:
+            on.append(f"blur(r={_num_text(setting[0])},f={_num_text(setting[1])})")
+        else:
+            on.append(k)
     return "+".join(on) or "baseline"
 
 
@@ -65,20 +98,21 @@ def cf_frame(
     records = _records(sources)
     cache: dict[str, Dataset] = {}
     rows = []
-    for r in records:
+    # One model name at two endpoints (api_base) is two models, labelled by host.
+    for r, model in zip(records, model_labels(records), strict=True):
         ds = _dataset_for(r, dataset, cache)
         try:
             stim = ds[r.stimulus_id]
         except UserError:
             raise UserError(f"episode {r.episode_id}: stimulus {r.stimulus_id!r} is not in {ds.root}") from None
-        rows.append(_row(r, stim))
+        rows.append({**_row(r, stim), "model": model})
     df = pd.DataFrame(rows, columns=_COLUMNS)
     return _with_outcomes(df)
 
 
 _COLUMNS = [
     "episode_id", "stimulus_id", "dataset", "model", "arm", "format", "intervention", "cue",
-    "generic", "repeat", "kind", "pair_id", "subject", "attribute", "category",
+    "generic", "blur_radius", "feather", "repeat", "kind", "pair_id", "subject", "attribute", "category",
     "canonical_count", "cf_count", "cf_bin", "edit", "n_true", "answer", "method", "end",
     "parse_error", "reply",
 ]
@@ -112,6 +146,7 @@ def _row(r: EpisodeRecord, s: Stimulus) -> dict[str, Any]:
     step = r.steps[0] if r.steps else None
     action = step.action if step is not None else None
     cf_count = int(m.get("cf_count", s.n))
+    setting = blur_setting(opts)
     return {
         "episode_id": r.episode_id,
         "stimulus_id": r.stimulus_id,
@@ -122,6 +157,8 @@ def _row(r: EpisodeRecord, s: Stimulus) -> dict[str, Any]:
         "intervention": intervention_label(opts),
         "cue": bool(opts.get("cue")),
         "generic": bool(opts.get("generic")),
+        "blur_radius": setting[0] if setting else float("nan"),
+        "feather": setting[1] if setting else float("nan"),
         "repeat": r.repeat,
         "kind": m.get("kind", "cf"),
         "pair_id": m.get("pair_id", s.id),
@@ -244,7 +281,19 @@ def cf_scores(
             est, lo, hi = _rate_ci(col.to_numpy(dtype=float), n_resamples, confidence, _seed(seed, name, keys))
             row[name], row[f"{name}_low"], row[f"{name}_high"] = est, lo, hi
         rows.append(row)
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    if "intervention" in by and len(out):
+        # Numbers in order: blur(r=8,...) before blur(r=16,...) (the groups are in text order).
+        out = out.sort_values(list(by), key=_natural_key, kind="stable", ignore_index=True)
+    return out
+
+
+def _natural_key(col: pd.Series) -> pd.Series:
+    """Sort key of a column: text with its numbers compared as numbers."""
+    if col.name != "intervention":
+        return col
+    return col.map(lambda v: tuple((0, float(t), "") if t[0].isdigit() else (1, 0.0, t)
+                                   for t in re.findall(r"\d+(?:\.\d+)?|\D+", str(v))))
 
 
 def _without_errors(g: pd.DataFrame) -> tuple[pd.DataFrame, int]:
@@ -283,7 +332,7 @@ def paired_deltas(
     factor: str = "intervention",
     baseline: str = "baseline",
     by: Sequence[str] = ("model", "format"),
-    key: Sequence[str] = ("stimulus_id", "repeat"),
+    key: Sequence[str] = ("dataset", "stimulus_id", "repeat"),
     kind: str | None = "cf",
     n_resamples: int = 2000,
     confidence: float = 0.95,
@@ -300,17 +349,23 @@ def paired_deltas(
     df = frame if kind is None else frame[frame["kind"] == kind]
     df, _ = _without_errors(df)
     rows = []
+    dropped = 0
+
+    def unique(part: pd.DataFrame) -> pd.DataFrame:
+        nonlocal dropped
+        kept = part[~part.duplicated(list(key))]
+        dropped += len(part) - len(kept)
+        return kept.set_index(list(key))
+
     groups = df.groupby(list(by), dropna=False, sort=True) if by else [((), df)]
     for keys, g in groups:
         keys = keys if isinstance(keys, tuple) else (keys,)
-        base = g[g[factor] == baseline].set_index(list(key))
+        base = unique(g[g[factor] == baseline])
         if base.empty:
             continue
         for level in sorted(set(g[factor]) - {baseline}, key=str):
-            treat = g[g[factor] == level].set_index(list(key))
+            treat = unique(g[g[factor] == level])
             common = base.index.intersection(treat.index)
-            if base.index.has_duplicates or treat.index.has_duplicates:
-                raise ValueError(f"{factor}={level!r}: items are not unique by {list(key)}; add the missing key columns")
             row = {**dict(zip(by, keys, strict=True)), "factor": factor, "level": level, "baseline": baseline, "n_pairs": len(common)}
             for metric, col in (("accuracy", "correct"), ("bias_rate", "biased")):
                 b = base.loc[common, col].to_numpy(dtype=float)
@@ -318,6 +373,12 @@ def paired_deltas(
                 est, lo, hi = _rate_ci(t - b, n_resamples, confidence, _seed(seed, metric + str(level), keys))
                 row[f"{metric}_delta"], row[f"{metric}_delta_low"], row[f"{metric}_delta_high"] = est, lo, hi
             rows.append(row)
+    if dropped:
+        warnings.warn(
+            f"{dropped} CounterCount episodes repeat an item ({', '.join(key)}) of their "
+            f"{factor} level and were left out of the paired deltas (first kept)",
+            stacklevel=2,
+        )
     return pd.DataFrame(rows)
 
 
@@ -376,6 +437,96 @@ def _bars(scores: pd.DataFrame, label: str, metrics: list[tuple[str, str]], titl
     return fig
 
 
+BLUR_FORMATS = "mcq+oe"
+"""``format`` of the blur-sweep rows that pool both question formats (Figure 20 averages them)."""
+
+
+def blur_sweep_scores(frame: pd.DataFrame, *, seed: int = 0, n_resamples: int = 2000) -> pd.DataFrame:
+    """CF accuracy and bias rate per model and blur setting (*CounterCount*, Appendix C.5.3,
+    Figure 20): one row per (model, blur_radius, feather, format) and one pooling MCQ and OE
+    (``format`` = ``mcq+oe``), over episodes whose only intervention is blur. Empty unless
+    some model ran at least two blur settings."""
+    cols = ["model", "blur_radius", "feather", "format", "n_cf", "cf_accuracy", "cf_accuracy_low",
+            "cf_accuracy_high", "bias_rate", "bias_rate_low", "bias_rate_high"]
+    if frame.empty or "blur_radius" not in frame.columns:
+        return pd.DataFrame(columns=cols)
+    blurred = frame[frame["blur_radius"].notna() & frame["intervention"].astype(str).str.match(r"^blur(\(|$)")]
+    settings = blurred.groupby("model")[["blur_radius", "feather"]].apply(lambda g: len(g.drop_duplicates()))
+    blurred = blurred[blurred["model"].isin(settings[settings >= 2].index)]
+    if blurred.empty:
+        return pd.DataFrame(columns=cols)
+    kw = {"seed": seed, "n_resamples": n_resamples}
+    per_format = cf_scores(blurred, by=["model", "blur_radius", "feather", "format"], **kw)
+    pooled = cf_scores(blurred, by=["model", "blur_radius", "feather"], **kw).assign(format=BLUR_FORMATS)
+    out = pd.concat([pooled, per_format], ignore_index=True)
+    out = out.sort_values(["model", "blur_radius", "feather", "format"], kind="stable", ignore_index=True)
+    return out[cols]
+
+
+def plot_blur_sweep(frame: pd.DataFrame, *, seed: int = 0, max_models: int = 4) -> Any:
+    """Figure 20 of *CounterCount* (Appendix C.5.3): CF accuracy and bias rate across blur radii
+    (at the feathering most settings share, the paper's 4 px) and across feathering values (at
+    the radius most settings share, the paper's 48 px), the mean of MCQ and OE as solid lines
+    with 95 % CI bands, each format dashed/dotted; one row per model (at most ``max_models``),
+    the unblurred baseline as a thin horizontal line. None without a blur sweep."""
+    from matplotlib.figure import Figure
+
+    scores = blur_sweep_scores(frame, seed=seed, n_resamples=1000)
+    if scores.empty:
+        return None
+    every = sorted(scores["model"].astype(str).unique())
+    models = every[:max_models]
+    fig = Figure(figsize=(12, 3.2 * len(models) + 0.6), dpi=100, layout="constrained")
+    axes = np.atleast_2d(fig.subplots(len(models), 2, squeeze=False))
+    styles = {BLUR_FORMATS: ("-", 2.0, "mean of MCQ and OE"), "mcq": ("--", 1.0, "MCQ"), "oe": (":", 1.0, "OE")}
+    base = cf_scores(frame[frame["intervention"] == "baseline"], by=["model"], n_resamples=1, seed=seed) \
+        if (frame["intervention"] == "baseline").any() else pd.DataFrame(columns=["model"])
+    for row, model in zip(axes, models, strict=True):
+        m = scores[scores["model"].astype(str) == model]
+        pooled = m[m["format"] == BLUR_FORMATS]
+        feather0 = _most_common(pooled["feather"], BLUR_DEFAULT[1])
+        radius0 = _most_common(pooled["blur_radius"], BLUR_DEFAULT[0])
+        for ax, (x, fixed, value, xlabel) in zip(row, (
+            ("blur_radius", "feather", feather0, "blur radius (px)"),
+            ("feather", "blur_radius", radius0, "feathering (px)"),
+        ), strict=True):
+            part = m[m[fixed] == value]
+            for fmt, (ls, lw, fmt_name) in styles.items():
+                d = part[part["format"] == fmt].sort_values(x)
+                if d.empty:
+                    continue
+                for col, name in (("cf_accuracy", "CF acc."), ("bias_rate", "bias rate")):
+                    xs, ys = d[x].to_numpy(dtype=float), d[col].to_numpy(dtype=float)
+                    ax.plot(xs, ys, ls, lw=lw, marker="o" if fmt == BLUR_FORMATS else None, ms=4,
+                            color=METRIC_COLOURS[col], label=f"{name}, {fmt_name}")
+                    if fmt == BLUR_FORMATS:
+                        ax.fill_between(xs, d[f"{col}_low"].to_numpy(dtype=float),
+                                        d[f"{col}_high"].to_numpy(dtype=float), color=METRIC_COLOURS[col], alpha=0.15)
+            b = base[base["model"].astype(str) == model]
+            if len(b):
+                for col in ("cf_accuracy", "bias_rate"):
+                    ax.axhline(float(b[col].iloc[0]), color=METRIC_COLOURS[col], lw=0.8, alpha=0.6)
+            fixed_name = "feathering" if fixed == "feather" else "radius"
+            ax.set_title(f"{model}: across {xlabel.split(' (')[0]} ({fixed_name} {value:g} px)", fontsize=9)
+            ax.set_xlabel(xlabel)
+            ax.set_ylim(-0.02, 1.02)
+            ax.set_ylabel("rate")
+    axes[0][1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    shown = f" (first {len(models)} of {len(every)} models; all in cf_blur_sweep.csv)" if len(every) > len(models) else ""
+    fig.suptitle("Blur sweep (Figure 20): CF accuracy and bias rate; thin lines = unblurred baseline" + shown,
+                 fontsize=10)
+    return fig
+
+
+def _most_common(values: pd.Series, prefer: float) -> float:
+    """The value most rows share (``prefer`` when it ties for most)."""
+    counts = values.value_counts()
+    if counts.empty:
+        return prefer
+    top = counts[counts == counts.max()].index
+    return float(prefer) if prefer in set(top) else float(sorted(top)[0])
+
+
 def write_cf_report(frame: pd.DataFrame, out: str | Path, *, seed: int = 0) -> list[Path]:
     """Write the CounterCount tables (CSV) and figures (PNG) into ``out``; return the paths."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -391,12 +542,18 @@ def write_cf_report(frame: pd.DataFrame, out: str | Path, *, seed: int = 0) -> l
         "cf_by_edit.csv": scores_by(frame, "edit", seed=seed),
         "cf_deltas.csv": paired_deltas(frame, seed=seed),
     }
+    sweep = blur_sweep_scores(frame, seed=seed)
+    if len(sweep):
+        tables["cf_blur_sweep.csv"] = sweep
     for name, df in tables.items():
         df.to_csv(out / name, index=False)
         written.append(out / name)
     for name, fig in (("cf_category.png", plot_by_category(frame, seed=seed)),
                       ("cf_intervention.png", plot_by_intervention(frame, seed=seed)),
-                      ("cf_count.png", plot_by_cf_count(frame, seed=seed))):
+                      ("cf_count.png", plot_by_cf_count(frame, seed=seed)),
+                      ("cf_blur_sweep.png", plot_blur_sweep(frame, seed=seed))):
+        if fig is None:
+            continue
         FigureCanvasAgg(fig)
         fig.savefig(out / "figures" / name)
         written.append(out / "figures" / name)

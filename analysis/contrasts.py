@@ -227,3 +227,17 @@ def contrasts_table(
             stacklevel=2,
         )
     return pd.DataFrame(rows, columns=list(CONTRAST_COLUMNS))
+
+
+def contrast_labels(contrasts: pd.DataFrame, *, sep: str = " · ") -> list[str]:
+    """One label per contrast row: its dataset (short name), its model when the rows hold
+    several, then ``b − a`` -- contrasts of different datasets never share a label."""
+    from .naming import group_label, short_dataset
+
+    multi_model = contrasts["model"].nunique() > 1 if "model" in contrasts.columns else False
+    return [
+        group_label(short_dataset(d), m if multi_model else "", f"{b} − {a}", sep=sep)
+        for d, m, a, b in zip(
+            contrasts["dataset"], contrasts["model"], contrasts["arm_a"], contrasts["arm_b"], strict=True
+        )
+    ]

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from .naming import distinct_cuts
+
 if TYPE_CHECKING:
     from countgym.logs import EpisodeRecord
 
@@ -120,9 +122,8 @@ def _r80(value: Any, censored: Any) -> str:
     return text + "+" if text != _DASH and str(censored).lower() == "true" else text
 
 
-def _short(text: Any, width: int) -> str:
-    s = str(text) if text is not None and str(text) != "nan" else ""
-    return s if len(s) <= width else "..." + s[-(width - 3):]
+def _text(v: Any) -> str:
+    return str(v) if v is not None and str(v) != "nan" else ""
 
 
 def _dataset(text: Any) -> str:
@@ -152,7 +153,10 @@ def _name_columns(rows: list[list[str]], numeric_width: int, n_names: int) -> li
         if spare <= 0 or not wide:
             break
         caps = [used[i] + (spare // len(wide) if i in wide else 0) for i in range(n_names)]
-    return [[_short(c, caps[i]) if i < n_names else c for i, c in enumerate(r)] for r in rows]
+    # Cut in the middle, keeping the part that tells cells apart: two different names never
+    # print as the same text.
+    cols = [distinct_cuts([_text(r[i]) for r in rows], caps[i]) for i in range(n_names)]
+    return [[cols[i][j] if i < n_names else c for i, c in enumerate(r)] for j, r in enumerate(rows)]
 
 
 def _rows_of(g: Glance, task: str) -> pd.DataFrame:

@@ -16,7 +16,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from .audit import AUDIT_LABELS, TAU_SCALES, scale_label
-from .contrasts import arm_sort_key
+from .contrasts import arm_sort_key, contrast_labels
 from .naming import group_label, short_dataset
 
 MAX_PANELS = 24
@@ -206,9 +206,7 @@ def arm_comparison(summary: pd.DataFrame, contrasts: pd.DataFrame) -> Figure | N
         ax2.errorbar([r.difference], [i], xerr=[[r.difference - r.ci_low], [r.ci_high - r.difference]],
                      fmt="o", mfc="#1f77b4" if solid else "white", color="#1f77b4", capsize=3)  # fmt: skip
     ax2.axvline(0, color="black", lw=0.6)
-    multi_model = em["model"].nunique() > 1
-    ax2.set_yticks(y2, [group_label(m if multi_model else "", f"{b} − {a}") for m, a, b in
-                        zip(em["model"], em["arm_a"], em["arm_b"], strict=True)], fontsize=LABEL_PT)  # fmt: skip
+    ax2.set_yticks(y2, contrast_labels(em), fontsize=LABEL_PT)  # dataset, model, b − a
     ax2.invert_yaxis()
     ax2.set_xlabel("EM difference b − a (95 % paired bootstrap CI; filled = CI-solid)")
     ax2.set_title("paired contrasts", fontsize=10)

@@ -24,7 +24,9 @@ Episodes without a ``set`` (custom datasets) form the curve as they are; a group
 other sets (a factor set, the XL extension alone, photographs) has no R80. When a model and arm
 have both main and XL (``set == "xl"``) episodes, ``counting_range_table`` also fits the
 **extended** R80 over n = 1-200 as one curve, with the same image-resampling CI, so an interval
-may start at a main-battery level (the paper's [50, 200]).
+may start at a main-battery level (the paper's [50, 200]). Table 7 (``counting_range_table``)
+holds image-task arms only, and its curves never pool a mirrored or rotated copy of the battery
+(``dotarrays:ablation+mirror``) with the original: each transform is a curve of its own.
 """
 
 from __future__ import annotations
@@ -339,20 +341,52 @@ EXTENDED_DATASET = "main+xl"
 """``dataset`` of the extended curves in the accuracy-vs-n table (main and XL as one curve)."""
 
 
+def dataset_transform(name: Any) -> str | None:
+    """The transform a dataset name applies (``dotarrays:ablation+mirror`` -> ``mirror``), or
+    None for an untransformed dataset."""
+    from countgym.scenes.transforms import split_transform
+
+    return split_transform(str(name))[1]
+
+
+def curve_name(base: str, transform: str | None) -> str:
+    """``main`` / ``main+xl`` for the untransformed battery; ``main (mirror)`` etc. for a
+    transformed copy, a curve of its own."""
+    return base if transform is None else f"{base} ({transform})"
+
+
+def _image_rows(episodes: pd.DataFrame) -> pd.DataFrame:
+    """The image-task episodes (R80 is a counting range of the image task only)."""
+    if "task" not in episodes.columns:
+        return episodes
+    return episodes[episodes["task"].fillna("image").astype(str) == "image"]
+
+
 def _extended_curves(episodes: pd.DataFrame) -> list[tuple[tuple[Any, Any], str, pd.DataFrame]]:
-    """Per (model, arm) with main episodes: ``main``, and ``main+xl`` when XL episodes exist."""
+    """Per (model, arm) with main-battery image episodes: ``main``, and ``main+xl`` when XL
+    episodes exist, over the untransformed battery; mirrored or rotated copies (a dataset name
+    ending ``+mirror``, ``+rot180``, ...) get curves of their own (``main (mirror)``)."""
     if episodes.empty or "set" not in episodes.columns:
         return []
+    episodes = _image_rows(episodes)
+    if episodes.empty:
+        return []
+    transforms = {d: dataset_transform(d) for d in episodes["dataset"].unique()}
+    kind = episodes["dataset"].map(transforms).fillna("")
     out = []
     for key, g in episodes.groupby(["model", "arm"], sort=True, dropna=False):
-        gs = _sets(g)
-        main = g[gs == MAIN_SET]
-        if main.empty:
-            continue
-        out.append((key, "main", main))
-        xl = g[gs == EXTENSION_SET]
-        if not xl.empty:
-            out.append((key, "main+xl", pd.concat([main, xl])))
+        gk = kind.loc[g.index]
+        for t in sorted(set(gk), key=lambda v: (v != "", v)):
+            part = g[gk == t]
+            transform = t or None
+            gs = _sets(part)
+            main = part[gs == MAIN_SET]
+            if main.empty:
+                continue
+            out.append((key, curve_name("main", transform), main))
+            xl = part[gs == EXTENSION_SET]
+            if not xl.empty:
+                out.append((key, curve_name("main+xl", transform), pd.concat([main, xl])))
     return out
 
 
@@ -364,7 +398,7 @@ def extended_curve_table(episodes: pd.DataFrame, *, threshold: float = R80_THRES
             c.assign(dataset=EXTENDED_DATASET), threshold=threshold, main_only=False
         )
         for _, name, c in _extended_curves(episodes)
-        if name == "main+xl"
+        if name == EXTENDED_DATASET
     ]
     cols = ["dataset", "arm", "model", "n_true", "n_images", "exact_match_score", "isotonic_fit"]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=cols)
@@ -387,7 +421,9 @@ def counting_range_table(
     """R80 per model and arm across datasets (the paper's Table 7): the ``main`` curve (main
     battery only), and the ``main+xl`` curve (n = 1-200 as one curve) when the model and arm
     also ran the extension battery. Images are pooled by stimulus id, so the same main image
-    run under two dataset names counts once (as repeats)."""
+    run under two dataset names counts once (as repeats). Image-task arms only (never video or
+    CounterCount); the curves use the untransformed battery, and each transformed copy in the
+    folder (``+mirror``, ``+rot180``) has rows of its own (``main (mirror)``)."""
     rows = []
     for (model, arm), name, c in _extended_curves(episodes):
         cr = range_for_group(

@@ -75,6 +75,8 @@ FIGURE_CAPTIONS: dict[str, str] = {
     "cf_category": "Factual accuracy, CF accuracy and bias rate by category (95 % CIs).",
     "cf_intervention": "CF accuracy and bias rate by intervention (95 % CIs).",
     "cf_count": "CF accuracy and bias rate by CF count (95 % CIs).",
+    "cf_blur_sweep": "Blur sweep (Appendix C.5.3, Figure 20): CF accuracy and bias rate across blur radii "
+    "and feathering values, mean of MCQ and OE (95 % CI band) and each format.",
     "exact_match_by_count": "Exact match (%) by ground-truth count and model (Figures 3-4).",
     "coverage_by_count": "Coverage (%) by ground-truth count and model (Figures 16-17).",
 }
@@ -108,6 +110,7 @@ def video_frame(records: Sequence[EpisodeRecord], episodes: pd.DataFrame | None 
     ``answer``, ``shape`` and ``color`` (from the stimulus metadata in ``episodes`` when given,
     else read off a generated stimulus id such as ``cvb-n05-red-cube-r0``)."""
     from countgym.analysis.arms import arm_labels
+    from countgym.analysis.naming import model_labels
 
     meta: dict[str, tuple[Any, Any]] = {}
     if episodes is not None and {"episode_id", "shape", "color"} <= set(episodes.columns):
@@ -124,7 +127,7 @@ def video_frame(records: Sequence[EpisodeRecord], episodes: pd.DataFrame | None 
         colors.append(co)
     df = pd.DataFrame(
         {
-            "model": [r.model for r in records],
+            "model": model_labels(records),
             "arm": arm_labels(records),
             "n_true": [r.truth.n if r.truth else None for r in records],
             "answer": [r.answer for r in records],
@@ -185,6 +188,7 @@ def write_task_sections(
                     "by category": cf.scores_by(frame, "category", seed=seed),
                     "by CF count": cf.scores_by(frame, "cf_bin", seed=seed),
                     "interventions (paired deltas)": cf.paired_deltas(frame, seed=seed),
+                    "blur sweep (Figure 20)": cf.blur_sweep_scores(frame, seed=seed),
                 },
                 [p for p in written if p.suffix == ".png"],
                 out,
