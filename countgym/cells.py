@@ -501,14 +501,16 @@ def _enter_replaced(log: Path, lines: list[bytes]) -> None:
 def step_spend(steps: Any) -> tuple[float, int, int]:
     """(known cost, calls, calls of unknown cost) of a record's steps (dicts or ``StepRecord``s).
 
-    A step is a model call when it has a reply, usage, cost or latency; a cost that is missing,
-    negative or not finite is unknown (never zero)."""
+    A step is an answered model call when it has a cost or usage, or a timed reply (text or
+    tool calls); a failed call (no reply) and a scripted step are none. The cost of an answered
+    call that is missing, negative or not finite is unknown (never zero)."""
     cost, calls, unknown = 0.0, 0, 0
     for s in steps or []:
         get = s.get if isinstance(s, dict) else (lambda k, s=s: getattr(s, k, None))
         c = get("cost")
-        if c is None and get("usage") is None and get("latency_s") is None:
-            continue  # a typed action or a step without a call
+        replied = get("latency_s") is not None and bool(get("reply") or get("tool_calls"))
+        if c is None and get("usage") is None and not replied:
+            continue  # a typed or scripted action, or a call that failed without a reply
         calls += 1
         if isinstance(c, int | float) and not isinstance(c, bool) and math.isfinite(c) and c >= 0:
             cost += float(c)
