@@ -141,7 +141,10 @@ def audit_hooks() -> dict[str, Any]:
 def load_policy(spec: str, **kwargs: Any) -> Any:
     """Instantiate a policy from a built-in name or ``package.module:ClassName``."""
     if spec in BUILTIN_POLICIES:
-        return BUILTIN_POLICIES[spec](**kwargs)
+        try:
+            return BUILTIN_POLICIES[spec](**kwargs)
+        except (TypeError, ValueError) as e:  # an unknown option, or a value out of range
+            raise UserError(f"invalid option for agent {spec!r}: {e}") from None
     if ":" not in spec:
         names = ", ".join(sorted(BUILTIN_POLICIES))
         raise UserError(f"unknown agent {spec!r}: use one of {names} or package.module:ClassName")

@@ -260,7 +260,7 @@ def _parse_kv(items: Sequence[str]) -> dict[str, Any]:
         except json.JSONDecodeError:
             out[key] = val
         except RecursionError:
-            out[key] = [[]] * 99  # nested past the parser's depth: refused just below
+            raise UserError(f"--agent-option {key}: {config_depth_problem([[]], 0)}") from None
         if config_depth_problem(out[key]):
             raise UserError(f"--agent-option {key}: {config_depth_problem(out[key])}")
     return out
