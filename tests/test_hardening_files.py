@@ -207,8 +207,10 @@ def test_empty_out_in_a_sweep_is_refused(tiny_dataset, tmp_path: Path, capsys, m
     assert not list(tmp_path.glob("*.jsonl"))
 
 
-def test_library_run_cell_refuses_empty_out(tiny_dataset) -> None:
+def test_library_run_cell_refuses_empty_out(tiny_dataset, tmp_path: Path, monkeypatch) -> None:
     from countgym.errors import UserError
+
+    monkeypatch.chdir(tmp_path)
     from countgym.runner import CellSpec, run_cell
 
     with pytest.raises(UserError, match="--out"):

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from countgym.cells import drop_transient_errors, replaced_spend, spend_ledger_of
+from countgym.cells import drop_transient_errors
 from countgym.cli import main
 from countgym.logs import read_records
 from countgym.runner import done_episodes
@@ -132,6 +132,8 @@ def test_spend_cap_holds_across_resumes_of_transient_errors(tiny_dataset, tmp_pa
     log = tmp_path / next(p.name for p in tmp_path.glob("*.jsonl"))
     _, recorded = done_episodes(log)
     assert recorded == pytest.approx(paid)  # every paid call is still counted
+    from countgym.cells import replaced_spend, spend_ledger_of
+
     assert replaced_spend(log).cost > 0 and spend_ledger_of(log).is_file()
 
 
