@@ -287,3 +287,51 @@ def test_audit_cuts_a_record_with_too_many_tags(tiny_dataset, tmp_path: Path) ->
     assert df.set_index("episode_id")["audited"].tolist() == [False, False, True]
     lines = [str(w.message) for w in caught if "not point-audited" in str(w.message)]
     assert len(lines) == 1 and crafted.episode_id in lines[0] and huge.episode_id in lines[0]
+
+
+def test_traversal_tau_memory_is_bounded_and_exact() -> None:
+    import tracemalloc
+
+    import numpy as np
+
+    from countgym.analysis.correlation import kendall_tau_b
+    from countgym.analysis.order import traversal_tau
+
+    rng = np.random.default_rng(3)
+    for n in (257, 700):  # past the cached pairs: the blocked sum gives the same float
+        y = rng.integers(0, 40, n).astype(float)
+        assert traversal_tau(np.c_[np.zeros(n), y]) == kendall_tau_b(np.arange(n), y)
+    tags = np.c_[np.zeros(6000), rng.random(6000)]
+    tracemalloc.start()
+    try:
+        traversal_tau(tags)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 200e6, f"{peak / 1e6:.0f} MB for 6,000 tags"
+
+
+def test_whole_audit_of_a_record_with_20000_tags_is_bounded(tiny_dataset, tmp_path: Path) -> None:
+    import tracemalloc
+
+    from countgym.analysis import write_audit
+
+    assert main(run_argv(tiny_dataset.root, tmp_path / "runs")) == 0
+    log = next((tmp_path / "runs").glob("*.jsonl"))
+    recs = sorted(read_records([log]), key=lambda r: r.episode_id)
+    recs[0] = recs[0].model_copy(update={"tags": [(float(i % 700), float(i // 700)) for i in range(20_000)]})
+    log.write_text("".join(r.model_dump_json() + "\n" for r in recs))
+    tracemalloc.start()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            write_audit([tmp_path / "runs"], tmp_path / "audit", resolve=lambda name: tiny_dataset)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 600e6, f"{peak / 1e6:.0f} MB"
+    assert any("not point-audited" in str(w.message) and recs[0].episode_id in str(w.message) for w in caught)
+    with (tmp_path / "audit" / "episodes.csv").open(newline="") as f:
+        rows = {r["episode_id"]: r for r in csv.DictReader(f)}
+    assert rows[recs[0].episode_id]["audit_cut"].startswith("20000 tags")
+    assert rows[recs[1].episode_id]["audit_cut"] == ""
