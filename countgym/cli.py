@@ -522,7 +522,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     ran = sum(r.ran for r in results)
     errors = sum(r.errors for r in results)
     cost = sum(r.cost for r in results)
-    print(f"{len(results)} cells, {ran} episodes run, {errors} errors, ${cost:.4f} recorded -> {cfg.out}")
+    unknown = sum(r.unknown_cost_calls for r in results)
+    unknown_note = f" (+ {unknown} model calls of unknown cost)" if unknown else ""
+    print(f"{len(results)} cells, {ran} episodes run, {errors} errors, ${cost:.4f} recorded{unknown_note} -> {cfg.out}")
     from countgym.cells import log_files_of
 
     _print_glance([f for r in results for f in log_files_of(r.log)], Path(cfg.out))

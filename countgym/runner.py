@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import threading
 import traceback
 import warnings
@@ -323,6 +324,19 @@ def _check_run_settings(spec: CellSpec, concurrency: int, max_cost: float | None
         raise UserError(f"--max-cost must be a spend cap in USD >= 0 (None for no cap), got {max_cost!r}")
 
 
+def _check_out_dir(out: Path) -> None:
+    """The run folder can be made and written: its nearest existing part is a writable folder."""
+    if "\x00" in str(out):
+        raise UserError(f"--out {str(out)!r}: a folder name cannot hold a NUL character")
+    probe = out.absolute()
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UserError(f"--out {out}: a file is in the way ({probe} is a file; a folder is needed there)")
+    if not os.access(probe, os.W_OK):
+        raise UserError(f"--out {out}: {probe} is not writable (read-only file system or no permission)")
+
+
 def validate_cell(
     spec: CellSpec,
     out_dir: str | Path,
@@ -344,6 +358,7 @@ def validate_cell(
     _check_run_settings(spec, concurrency, max_cost)
     if not str(out_dir).strip():
         raise UserError("--out must name a folder (an empty name would write into the current one)")
+    _check_out_dir(Path(out_dir))
     env_id = spec.env_id()
     if check_policy:
         check_agent_task(spec.agent, task_of_env(env_id), env_id)

@@ -335,3 +335,18 @@ def test_whole_audit_of_a_record_with_20000_tags_is_bounded(tiny_dataset, tmp_pa
         rows = {r["episode_id"]: r for r in csv.DictReader(f)}
     assert rows[recs[0].episode_id]["audit_cut"].startswith("20000 tags")
     assert rows[recs[1].episode_id]["audit_cut"] == ""
+
+
+def test_unwritable_out_is_refused_by_dry_run_and_run_alike(tiny_dataset, tmp_path: Path, capsys, monkeypatch) -> None:
+    import countgym.runner as runner
+
+    real = os.access
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    monkeypatch.setattr(runner.os, "access", lambda p, mode: False if Path(p) == ro else real(p, mode))
+    cfg = tmp_path / "s.yaml"
+    cfg.write_text(f"out: {json.dumps(str(ro / 'runs'))}\narms: [oracle]\ndatasets: [{json.dumps(str(tiny_dataset.root))}]\n")
+    dry = one_line_exit_2(capsys, main(["sweep", str(cfg), "--dry-run"]))
+    run = one_line_exit_2(capsys, main(["sweep", str(cfg), "--no-progress"]))
+    assert dry == run and "not writable" in dry
+    assert not (ro / "runs").exists()
