@@ -503,13 +503,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.dry_run:
         skipped: list[Any] = []
         cells = expand(cfg, skipped=skipped)
-        validate_cells(cfg, cells)  # what the run checks before its first call
         labels, common = describe_cells(cells)
         for cell, label in zip(cells, labels, strict=True):
             print(f"{cell.log_name()}  {label}")
         for sk in skipped:
             print(f"skipped: {sk.agent} on {sk.env} {sk.dataset} ({sk.reason})")
         print(f"{len(cells)} cell{'s' if len(cells) != 1 else ''}" + (f"; common options: {common}" if common else ""))
+        sys.stdout.flush()
+        # Then what the run checks before its first call (model ids, options, folders): a config
+        # the dry run accepts is one the run accepts.
+        validate_cells(cfg, cells, build=False)
         return 0
     if args.executor == "ray":
         from countgym.executors.ray_executor import run_sweep_ray
@@ -634,6 +637,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         # to fix, so one line and exit 2, like every other user mistake.
         print(f"countgym: error: {_path_error(e)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("countgym: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError as e:
+        if _stdout_is_closed():
+            return _stdout_closed()
+        return _internal_error(e)
     except OSError as e:
         if e.errno not in _DISK_MISTAKES:
             return _internal_error(e)
@@ -645,13 +655,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _internal_error(e)
         print("countgym: error: a path holds a NUL character; remove it", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("countgym: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError as e:
-        if _stdout_is_closed():
-            return _stdout_closed()
-        return _internal_error(e)
     except Exception as e:  # noqa: BLE001 - last resort: one line, exit 1
         return _internal_error(e)
 

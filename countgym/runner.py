@@ -345,12 +345,16 @@ def validate_cell(
     max_cost: float | None = None,
     dataset: Dataset | None = None,
     check_policy: bool = True,
-) -> tuple[str, Dataset]:
+    check_data: bool = True,
+) -> tuple[str, Dataset | None]:
     """Everything ``run_cell`` checks before its first model call, as one-line ``UserError``s:
     run settings, the output folder's name, agent and task, model id and backend option values
     (without building a backend), the dataset and its manifest, environment options and media.
     ``sweep --dry-run`` and a sweep's start run it for every cell, so no cell's mistake
-    surfaces after another cell's calls were paid. Returns (environment id, dataset)."""
+    surfaces after another cell's calls were paid. ``check_data=False`` leaves out what needs
+    the dataset loaded (manifest, environment options, media): the dry run does so for the
+    datasets countgym generates or downloads, which a run builds on first use. Returns
+    (environment id, dataset or None)."""
     from countgym.agents.registry import check_agent_task, check_arm_model, check_backend_options
     from countgym.preflight import check_cell
     from countgym.tasks import load_dataset, task_of_env
@@ -365,6 +369,8 @@ def validate_cell(
         # A placeholder or mistyped model id is refused before a dataset is built.
         check_arm_model(spec.agent, spec.model)
         check_backend_options(spec.agent, spec.model, spec.agent_options)
+    if not check_data:
+        return env_id, None
     ds = dataset if dataset is not None else load_dataset(env_id, spec.dataset)
     # Bad environment options are the user's mistake: fail before any episode, not per episode,
     # and before the policy's backend loads (seconds for litellm or a local model).
@@ -399,6 +405,7 @@ def run_cell(
 
     env_id, ds = validate_cell(spec, out_dir, concurrency=concurrency, max_cost=max_cost, dataset=dataset,
                                check_policy=policy_factory is None)
+    assert ds is not None
     factory = policy_factory or make_factory(spec.agent, spec.model, spec.agent_options, concurrency=concurrency)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

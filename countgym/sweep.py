@@ -319,16 +319,24 @@ def expand(cfg: SweepConfig, *, skipped: list[Skipped] | None = None) -> list[Ce
     return cells
 
 
-def validate_cells(cfg: SweepConfig, cells: list[CellSpec]) -> None:
-    """What a sweep's run checks before its first model call, for every cell (``validate_cell``):
-    ``sweep --dry-run`` runs the same checks, so a config it accepts is one the run accepts."""
+def validate_cells(cfg: SweepConfig, cells: list[CellSpec], *, build: bool = True) -> None:
+    """What a sweep's run checks before its first model call, for every cell (``validate_cell``),
+    each dataset loaded once. ``sweep --dry-run`` runs the same checks with ``build=False``: a
+    dataset named by its registry name (a battery countgym generates, a photo set it downloads)
+    is then not built or loaded; every folder the config names is read and checked in full."""
+    from countgym.agents.registry import check_arm_model
+    from countgym.cells import folder_of
     from countgym.runner import validate_cell
 
+    for cell in cells:  # every model id first, as the run checks them
+        check_arm_model(cell.agent, cell.model)
     datasets: dict[tuple[str, str], Any] = {}
     for cell in cells:
         key = (cell.env_id(), cell.dataset)
-        _, datasets[key] = validate_cell(cell, cfg.out, concurrency=cfg.concurrency, max_cost=cfg.max_cost,
-                                         dataset=datasets.get(key))
+        _, datasets[key] = validate_cell(
+            cell, cfg.out, concurrency=cfg.concurrency, max_cost=cfg.max_cost, dataset=datasets.get(key),
+            check_data=build or folder_of(cell.dataset) is not None,
+        )
 
 
 def cell_options(cell: CellSpec) -> dict[str, Any]:
