@@ -341,6 +341,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         msg += f" (stopped at the spend cap: ${res.cost:.4f})"
     if res.unknown_cost_calls:
         msg += f" ({res.unknown_cost_calls} model calls of unknown cost)"
+    if res.replaced_cost:
+        msg += f" (${res.cost:.4f} paid in all, ${res.replaced_cost:.4f} of it by replaced transient-error records)"
     print(msg)
     if all_failed(res):
         print(f"countgym: error: {failure_summary(res)}", file=sys.stderr)

@@ -65,6 +65,8 @@ class CellResult:
     """Episodes whose transient-error records were removed so that they run again."""
     unknown_cost_calls: int = 0
     """Model calls of this run whose cost is unknown (not counted as zero by the cap: reported)."""
+    replaced_cost: float = 0.0
+    """Part of ``cost`` paid by transient-error records replaced on resume (the spend ledger)."""
     error_messages: list[str] = field(default_factory=list)
 
 
@@ -437,7 +439,8 @@ def _run_cell_locked(
     done, cost = done_episodes(log)
     ids = spec.stimulus_ids(ds)
     todo = [(sid, r) for r in range(spec.repeats) for sid in ids if (sid, r) not in done]
-    result = CellResult(log=log, skipped=len(ids) * spec.repeats - len(todo), cost=cost, retried=retried)
+    result = CellResult(log=log, skipped=len(ids) * spec.repeats - len(todo), cost=cost, retried=retried,
+                        replaced_cost=replaced_spend(log).cost)
     lock = threading.Lock()
     warned: list[bool] = []
 

@@ -135,6 +135,9 @@ def test_spend_cap_holds_across_resumes_of_transient_errors(tiny_dataset, tmp_pa
     from countgym.cells import replaced_spend, spend_ledger_of
 
     assert replaced_spend(log).cost > 0 and spend_ledger_of(log).is_file()
+    main(argv(tiny_dataset.root, tmp_path, srv.url, "--max-cost", "0.35"))
+    out = capsys.readouterr().out
+    assert f"${paid:.4f} paid in all" in out and "by replaced transient-error records" in out
 
 
 def test_ledger_counts_an_interrupted_removal_once(tiny_dataset, tmp_path: Path, hostile, capsys) -> None:
