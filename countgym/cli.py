@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from countgym.errors import UserError
-from countgym.limits import MAX_BUDGET, MAX_CONCURRENCY, MAX_REPEATS, config_depth_problem
+from countgym.limits import MAX_BUDGET, MAX_CONCURRENCY, MAX_REPEATS, config_depth_problem, nesting_message
 
 
 def _int_at_least(low: int, what: str) -> Any:
@@ -260,7 +260,7 @@ def _parse_kv(items: Sequence[str]) -> dict[str, Any]:
         except json.JSONDecodeError:
             out[key] = val
         except RecursionError:
-            raise UserError(f"--agent-option {key}: {config_depth_problem([[]], 0)}") from None
+            raise UserError(f"--agent-option {key}: {nesting_message()}") from None
         if config_depth_problem(out[key]):
             raise UserError(f"--agent-option {key}: {config_depth_problem(out[key])}")
     return out

@@ -14,6 +14,11 @@ MAX_CONFIG_DEPTH = 32
 """Deepest nesting of lists and tables in a config or an option value (real ones use 3 or 4)."""
 
 
+def nesting_message(limit: int = MAX_CONFIG_DEPTH) -> str:
+    """The one-line reason for a value nested past ``limit`` levels."""
+    return f"nested more than {limit} levels deep (lists and tables inside each other)"
+
+
 def config_depth_problem(obj: object, limit: int = MAX_CONFIG_DEPTH) -> str | None:
     """Why ``obj`` (parsed config data) is nested too deeply, or None; iterative, so a value
     nested past Python's recursion limit is measured without a ``RecursionError``."""
@@ -27,6 +32,6 @@ def config_depth_problem(obj: object, limit: int = MAX_CONFIG_DEPTH) -> str | No
         else:
             continue
         if depth >= limit:
-            return f"nested more than {limit} levels deep (lists and tables inside each other)"
+            return nesting_message(limit)
         stack.extend((c, depth + 1) for c in children)
     return None

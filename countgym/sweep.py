@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from countgym.celllock import CellBusyError
 from countgym.cells import CellSpec, make_cell, resolve_source
 from countgym.errors import UserError
-from countgym.limits import MAX_CONCURRENCY, MAX_REPEATS, config_depth_problem
+from countgym.limits import MAX_CONCURRENCY, MAX_REPEATS, config_depth_problem, nesting_message
 from countgym.runner import CellResult, done_episodes, run_cell
 from countgym.tasks import cell_option_keys, env_class, env_for_dataset, task_of_env
 
@@ -157,7 +157,7 @@ def load_config(path: str | Path) -> SweepConfig:
     except UnicodeDecodeError as e:
         raise UserError(f"{p}: cannot parse: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except RecursionError:
-        raise UserError(f"{p}: cannot parse: {config_depth_problem([[]], 0)}") from None
+        raise UserError(f"{p}: cannot parse: {nesting_message()}") from None
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         where = f"line {mark.line + 1}: " if mark is not None else ""
