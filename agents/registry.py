@@ -141,7 +141,10 @@ def audit_hooks() -> dict[str, Any]:
 def load_policy(spec: str, **kwargs: Any) -> Any:
     """Instantiate a policy from a built-in name or ``package.module:ClassName``."""
     if spec in BUILTIN_POLICIES:
-        return BUILTIN_POLICIES[spec](**kwargs)
+        try:
+            return BUILTIN_POLICIES[spec](**kwargs)
+        except (TypeError, ValueError) as e:  # an unknown option, or a value out of range
+            raise UserError(f"invalid option for agent {spec!r}: {e}") from None
     if ":" not in spec:
         names = ", ".join(sorted(BUILTIN_POLICIES))
         raise UserError(f"unknown agent {spec!r}: use one of {names} or package.module:ClassName")
@@ -173,6 +176,28 @@ def check_arm_model(agent: str, model: str = "") -> None:
     check_model_id(model)
 
 
+def check_backend_options(agent: str, model: str, options: dict[str, Any] | None) -> None:
+    """Refuse, with one line and without building a backend, option names an API model's backend
+    does not take and values outside their range (``timeout_s=-1``, ``max_attempts=0``, a
+    negative or non-finite price). Local models' options are checked when they load."""
+    import inspect
+
+    if family_of(agent) is None or not model:
+        return
+    from countgym.agents.backends.factory import check_model_id
+
+    if check_model_id(model) != "litellm":
+        return
+    from countgym.agents.backends import litellm_backend as lb
+
+    opts = {k: v for k, v in (options or {}).items() if k != "attention"}  # CounterCount's own
+    try:
+        inspect.signature(lb.LiteLLMBackend).bind(model, **opts)
+    except TypeError as e:
+        raise UserError(f"invalid backend option for {model!r}: {e}") from None
+    lb._check_options(**{k: v for k, v in opts.items() if k in lb.CHECKED_OPTIONS})
+
+
 def policy_factory(
     agent: str, model: str = "", options: dict[str, Any] | None = None, *, concurrency: int = 1
 ) -> Callable[[], Any]:
@@ -192,7 +217,7 @@ def policy_factory(
             )
         try:
             backend = fam.backend(agent, model, **options)
-        except TypeError as e:
+        except (TypeError, ValueError) as e:  # an unknown option, or a value the backend refuses
             raise UserError(f"invalid backend option for {model!r}: {e}") from None
         provider = _provider_params(backend)
         if concurrency > 1 and model.startswith(("hf:", "local:")):

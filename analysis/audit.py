@@ -65,6 +65,12 @@ def sensitivity_columns(tau_scales: Sequence[float] = TAU_SCALES) -> list[str]:
     return [f"{lab}_{scale_label(s)}" for s in tau_scales for lab in AUDIT_LABELS]
 
 
+MAX_AUDIT_TAGS = 5000
+"""Most final tags of one record the point-level audit matches (the papers' runs end with at
+most a few hundred): a record with more is not audited, and says so (``audit_cut``)."""
+MAX_MATCH_CELLS = 4_000_000
+"""Most tag x object pairs one record's matching may weigh (its distance matrix: 32 MB)."""
+
 GT_CACHE_SIZE = 4096
 """Images whose scaled ground-truth points and tau the audit keeps (least recently used go)."""
 
@@ -160,6 +166,17 @@ def audit_tags(
 # --- episodes -----------------------------------------------------------------------------------
 
 
+def _too_big(n_tags: int, stim: Stimulus) -> str | None:
+    """Why matching a record's tags to a stimulus's points is more work than one record may
+    take (``MAX_AUDIT_TAGS``, ``MAX_MATCH_CELLS``), or None."""
+    n_points = len(stim.points or ())
+    if n_tags > MAX_AUDIT_TAGS:
+        return f"{n_tags} tags > {MAX_AUDIT_TAGS}"
+    if n_tags * n_points > MAX_MATCH_CELLS:
+        return f"{n_tags} tags x {n_points} objects > {MAX_MATCH_CELLS}"
+    return None
+
+
 def count_tag_calls(record: EpisodeRecord) -> int:
     """Number of steps whose parsed action is a tag call."""
     return sum(1 for s in record.steps if s.action is not None and s.action.get("tool") == "tag")
@@ -214,7 +231,7 @@ class _StimulusLookup:
 
 _BASE_EXTRA_COLUMNS = (
     "seed", "answered", "acc10", "signed_error", "revised", "n_steps", "audited", "image_w",
-    "image_h", "extracted_by", "task",
+    "image_h", "extracted_by", "task", "audit_cut",
 )  # fmt: skip
 
 
@@ -295,6 +312,7 @@ def audit_episodes(
     # One model name served at two endpoints (api_base) is two models: labelled by host.
     model_cells = ModelLabels()
     model_of_row: list[int] = []
+    cut: list[str] = []
 
     for rec in records:
         if rec.episode_id in seen:
@@ -317,8 +335,12 @@ def audit_episodes(
         answer = rec.answer
         frame = rec.image_size or rec.stimulus_size
         audit: TagAudit | None = None
+        too_big = _too_big(n_tags, stim) if stim is not None and stim.points is not None else None
+        if too_big:
+            cut.append(rec.episode_id)
         if (
-            stim is not None
+            not too_big
+            and stim is not None
             and stim.points is not None
             and (tag_calls > 0 or n_tags > 0 or _tools_include_tag(rec))
         ):
@@ -397,12 +419,20 @@ def audit_episodes(
         c["image_h"].append(frame[1] if frame else None)
         c["extracted_by"].append(extracted_by(rec))
         c["task"].append(task_of(rec))
+        c["audit_cut"].append(too_big)
         for k, v in arm_memo.option_values(rec).items():
             c[k].append(v)
         meta = stim.meta if stim is not None else {}
         for k in meta_keys:
             c[k].append(_meta_value(meta[k]) if k in meta else pd.NA)
 
+    if cut:
+        shown = ", ".join(repr(e) for e in cut[:5]) + (f" and {len(cut) - 5} more" if len(cut) > 5 else "")
+        warnings.warn(
+            f"{len(cut)} episodes not point-audited, too large to match (over {MAX_AUDIT_TAGS} tags or "
+            f"{MAX_MATCH_CELLS:,} tag x object pairs): {shown}; see the audit_cut column of episodes.csv",
+            stacklevel=2,
+        )
     if n_dup:
         warnings.warn(
             f"{n_dup} duplicate episode ids skipped (first kept), e.g. {first_dup!r}", stacklevel=2

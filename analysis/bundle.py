@@ -53,11 +53,11 @@ class AuditFiles:
 
 
 def write_csv(df: pd.DataFrame, path: Path) -> Path:
-    """Write a table atomically (temp file, then rename), so readers never see half of it."""
-    tmp = path.with_name(path.name + ".tmp")
-    df.to_csv(tmp, index=False)
-    tmp.replace(path)
-    return path
+    """Write a table atomically (temp file, then rename), so readers never see half of it, with
+    text a spreadsheet would run as a formula escaped (``countgym.analysis.csvout``)."""
+    from countgym.analysis.csvout import write_csv as write
+
+    return write(df, path)
 
 
 def _write_bytes(data: bytes | str, path: Path) -> Path:

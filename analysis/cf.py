@@ -531,6 +531,8 @@ def write_cf_report(frame: pd.DataFrame, out: str | Path, *, seed: int = 0) -> l
     """Write the CounterCount tables (CSV) and figures (PNG) into ``out``; return the paths."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
+    from countgym.analysis.csvout import write_csv
+
     out = Path(out)
     (out / "figures").mkdir(parents=True, exist_ok=True)
     written = []
@@ -546,7 +548,7 @@ def write_cf_report(frame: pd.DataFrame, out: str | Path, *, seed: int = 0) -> l
     if len(sweep):
         tables["cf_blur_sweep.csv"] = sweep
     for name, df in tables.items():
-        df.to_csv(out / name, index=False)
+        write_csv(df, out / name)
         written.append(out / name)
     for name, fig in (("cf_category.png", plot_by_category(frame, seed=seed)),
                       ("cf_intervention.png", plot_by_intervention(frame, seed=seed)),

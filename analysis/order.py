@@ -56,11 +56,29 @@ def traversal_tau(
     # (no ties), so the sum of sign products is the sum of sign(y_j - y_i) over i < j, an
     # integer, and the value is the same float.
     y = t[:, 1]
-    i, j = _pairs(len(y)) if len(y) <= _PAIRS_CACHED else np.triu_indices(len(y), 1)
-    s = np.sign(y[j] - y[i])
+    if len(y) <= _PAIRS_CACHED:
+        i, j = _pairs(len(y))
+        s = np.sign(y[j] - y[i])
+        total, nonzero = s.sum(), np.count_nonzero(s)
+    else:
+        total, nonzero = _sign_sums(y)
     n0 = len(y) * (len(y) - 1) // 2
-    denom = np.sqrt(float(n0) * float(np.count_nonzero(s)))
-    return float(s.sum() / denom) if denom > 0 else float("nan")
+    denom = np.sqrt(float(n0) * float(nonzero))
+    return float(total / denom) if denom > 0 else float("nan")
+
+
+def _sign_sums(y: np.ndarray) -> tuple[float, int]:
+    """(sum, nonzero count) of sign(y_j - y_i) over i < j, in row blocks of about 4 M pairs, so
+    memory stays bounded however many tags a record holds (the sum is an integer, exact)."""
+    n = len(y)
+    block = max(1, 4_000_000 // n)
+    total, nonzero = 0.0, 0
+    for a in range(0, n - 1, block):
+        b = min(a + block, n - 1)
+        s = np.triu(np.sign(y[None, a + 1 :] - y[a:b, None]))  # row k is i = a + k, column c is j = a + 1 + c
+        total += float(s.sum())
+        nonzero += int(np.count_nonzero(s))
+    return total, nonzero
 
 
 _PAIRS_CACHED = 256

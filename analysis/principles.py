@@ -16,7 +16,7 @@ import pandas as pd
 from countgym.logs import EpisodeRecord
 
 from .arms import ArmMemo
-from .audit import points_array
+from .audit import MAX_AUDIT_TAGS, points_array
 from .direct import DIRECT_ARMS, departures_table, tags_vs_direct_table
 from .lattice import lattice_table
 from .order import (
@@ -94,8 +94,13 @@ class PrincipleInputs:
                     memo=self.arm_memo,
                 )  # fmt: skip
             )
-        self.taus[rec.episode_id] = traversal_tau(points_array(rec.tags), min_tags=self.options.min_traversal_tags)
-        if rec.tags and self.stimuli.cells(rec) is not None:
+        # A record with more tags than the audit matches (``audit.MAX_AUDIT_TAGS``) is cut here
+        # too (the audit names it): no traversal tau, no lattice score.
+        cut = len(rec.tags) > MAX_AUDIT_TAGS
+        self.taus[rec.episode_id] = (
+            float("nan") if cut else traversal_tau(points_array(rec.tags), min_tags=self.options.min_traversal_tags)
+        )
+        if rec.tags and not cut and self.stimuli.cells(rec) is not None:
             self.lattice.append(self.n)
         self.n += 1
 

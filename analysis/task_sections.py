@@ -197,6 +197,7 @@ def write_task_sections(
     video = [r for r in records if task_of_record(r) == "video"]
     if video:
         from countgym.analysis import bias
+        from countgym.analysis.csvout import write_csv
 
         df = video_frame(video, episodes)
         # A failed model call is no wrong answer: left out of every metric, counted in `errors`.
@@ -208,13 +209,13 @@ def write_task_sections(
         table = _with_cis(table, video_scores(df, seed=seed))
         vout = out / "countvideo"
         vout.mkdir(parents=True, exist_ok=True)
-        table.to_csv(vout / "bias.csv", index=False)
+        write_csv(table, vout / "bias.csv")
         tables = {"bias": table}
         if df["shape"].notna().any():
             tables["EM (%) by object class: shape and colour (Table 6)"] = bias.class_table(df)
             tables["EM (%) by object class: shape x colour"] = bias.class_table(df, cells=True)
-            tables["EM (%) by object class: shape and colour (Table 6)"].to_csv(vout / "em_by_class.csv", index=False)
-            tables["EM (%) by object class: shape x colour"].to_csv(vout / "em_by_class_cell.csv", index=False)
+            write_csv(tables["EM (%) by object class: shape and colour (Table 6)"], vout / "em_by_class.csv")
+            write_csv(tables["EM (%) by object class: shape x colour"], vout / "em_by_class_cell.csv")
             paths.extend([vout / "em_by_class.csv", vout / "em_by_class_cell.csv"])
         figs = bias.bias_figures(df, vout / "figures")
         paths.extend([vout / "bias.csv", *figs])

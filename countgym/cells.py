@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -343,23 +344,28 @@ def done_in_files(files: list[Path]) -> tuple[set[tuple[str, int]], float]:
         if key in done:
             continue
         done.add(key)
-        cost += sum(s.cost or 0.0 for s in rec.steps)
+        cost += step_spend(rec.steps)[0]
     return done, cost
 
 
 def done_in_cell(out: str | Path, spec: CellSpec) -> tuple[set[tuple[str, int]], float]:
-    """(stimulus_id, repeat) pairs logged in any of a cell's files, and the cost they recorded.
+    """(stimulus_id, repeat) pairs logged in any of a cell's files, and the cost the cell has
+    paid: the cost its records show plus that of the transient-error records replaced on
+    earlier resumes (``spend_ledger_of``).
 
     An episode found twice (which the executors never write) is counted once, cost included.
     """
-    return done_in_files(cell_log_files(out, spec))
+    log = Path(out) / spec.log_name()
+    done, cost = done_in_files(log_files_of(log))
+    return done, cost + replaced_spend(log).cost
 
 
 def clear_log(log: str | Path) -> None:
-    """Delete the main log ``log`` and the shard logs beside it."""
+    """Delete the main log ``log``, the shard logs beside it and its spend ledger."""
     log = Path(log)
-    if log.exists():
-        log.unlink()
+    for f in (log, spend_ledger_of(log)):
+        if f.exists():
+            f.unlink()
     shards = shard_dir_of(log)
     if shards.exists():
         shutil.rmtree(shards)
@@ -373,28 +379,144 @@ def clear_cell(out: str | Path, spec: CellSpec) -> None:
 def drop_transient_errors(files: list[Path]) -> int:
     """Remove the records of episodes that ended in a transient error (429, 5xx, timeout, dropped
     connection) from log files, so that resuming runs them again instead of keeping a failure
-    that says nothing about the model. Each file is rewritten atomically (temporary file, then
-    rename), so a kill leaves either the old or the new file. Returns the records removed."""
+    that says nothing about the model. Returns the records removed.
+
+    The calls such a record paid for stay paid: their cost goes into the cell's spend ledger
+    (``spend_ledger_of``) before the record leaves its file, so the spend cap keeps counting
+    them. Each file is rewritten atomically (temporary file, then rename), so a kill leaves
+    either the old or the new file; a record whose removal was interrupted is entered in the
+    ledger once however often it is found again (entries are keyed by the record's bytes).
+    """
     dropped = 0
     for f in files:
         keep: list[bytes] = []
-        n = 0
+        gone: list[bytes] = []
         with f.open("rb") as fh:
             for line in fh:
-                if _is_transient_line(line):
-                    n += 1
-                else:
-                    keep.append(line)
-        if not n:
+                (gone if _is_transient_line(line) else keep).append(line)
+        if not gone:
             continue
+        if keep and not keep[-1].endswith(b"\n"):
+            keep[-1] += b"\n"  # a kept last line without its newline must not merge with the next
+        _enter_replaced(main_log_of(f), gone)
         tmp = f.with_name(f".{f.name}.{os.getpid()}.retry.tmp")
         with tmp.open("wb") as out:
             out.write(b"".join(keep))
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, f)
-        dropped += n
+        dropped += len(gone)
     return dropped
+
+
+# --- the spend ledger ------------------------------------------------------------------------------
+LEDGER_SUFFIX = ".spend.json"
+
+
+@dataclass
+class Spend:
+    """Money a cell paid for calls whose records were replaced on resume."""
+
+    cost: float = 0.0
+    """Sum of the known costs (USD)."""
+    calls: int = 0
+    """Model calls counted (steps of the replaced records)."""
+    unknown_cost_calls: int = 0
+    """Calls whose cost was unknown (never counted as zero: reported as unknown)."""
+
+
+def main_log_of(f: str | Path) -> Path:
+    """The main log of the cell a log file belongs to (itself, or the log its shard folder serves)."""
+    f = Path(f)
+    if f.parent.name.endswith(SHARDS_SUFFIX):
+        return f.parent.parent / (f.parent.name[: -len(SHARDS_SUFFIX)] + ".jsonl")
+    return f
+
+
+def spend_ledger_of(log: str | Path) -> Path:
+    """The spend ledger of the cell whose main log is ``log``: ``<out>/<cell-stem>.spend.json``.
+
+    It holds one entry per transient-error record removed on resume (episode, times, cost,
+    calls), so a resume never forgets what the removed record had paid."""
+    log = Path(log)
+    return log.parent / (log.stem + LEDGER_SUFFIX)
+
+
+def _read_ledger(path: Path) -> dict[str, dict[str, Any]]:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        entries = data["replaced"]
+        if not isinstance(entries, dict):
+            raise TypeError("'replaced' is not an object")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        # Never guess a smaller spend: a ledger that cannot be read stops the resume.
+        raise UserError(f"{path}: spend ledger cannot be read ({type(e).__name__}: {str(e)[:120]}); "
+                        "restore it, or delete it to forget what replaced records had paid") from None
+    return entries
+
+
+def replaced_spend(log: str | Path) -> Spend:
+    """What the transient-error records removed from a cell's logs had paid (from its ledger)."""
+    out = Spend()
+    for e in _read_ledger(spend_ledger_of(log)).values():
+        cost = e.get("cost") if isinstance(e, dict) else None
+        if isinstance(cost, int | float) and not isinstance(cost, bool) and math.isfinite(cost) and cost >= 0:
+            out.cost += float(cost)
+        calls = e.get("calls", 0) if isinstance(e, dict) else 0
+        unknown = e.get("unknown_cost_calls", 0) if isinstance(e, dict) else 0
+        out.calls += calls if isinstance(calls, int) and calls >= 0 else 0
+        out.unknown_cost_calls += unknown if isinstance(unknown, int) and unknown >= 0 else 0
+    return out
+
+
+def _enter_replaced(log: Path, lines: list[bytes]) -> None:
+    """Add the spend of records about to be removed to the cell's ledger (atomically, once each)."""
+    path = spend_ledger_of(log)
+    entries = _read_ledger(path)
+    added = False
+    for line in lines:
+        key = hashlib.sha256(line.rstrip(b"\r\n")).hexdigest()
+        if key in entries:
+            continue
+        data = json.loads(line)
+        cost, calls, unknown = step_spend(data.get("steps"))
+        entries[key] = {
+            "episode_id": str(data.get("episode_id")), "started_at": str(data.get("started_at")),
+            "finished_at": str(data.get("finished_at")), "error": str(data.get("error"))[:200],
+            "cost": cost, "calls": calls, "unknown_cost_calls": unknown,
+        }
+        added = True
+    if not added:
+        return
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with tmp.open("w", encoding="utf-8") as out:
+        json.dump({"schema": 1, "replaced": entries}, out, indent=1)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, path)
+
+
+def step_spend(steps: Any) -> tuple[float, int, int]:
+    """(known cost, calls, calls of unknown cost) of a record's steps (dicts or ``StepRecord``s).
+
+    A step is an answered model call when it has a cost or usage, or a timed reply (text or
+    tool calls); a failed call (no reply) and a scripted step are none. The cost of an answered
+    call that is missing, negative or not finite is unknown (never zero)."""
+    cost, calls, unknown = 0.0, 0, 0
+    for s in steps or []:
+        get = s.get if isinstance(s, dict) else (lambda k, s=s: getattr(s, k, None))
+        c = get("cost")
+        replied = get("latency_s") is not None and bool(get("reply") or get("tool_calls"))
+        if c is None and get("usage") is None and not replied:
+            continue  # a typed or scripted action, or a call that failed without a reply
+        calls += 1
+        if isinstance(c, int | float) and not isinstance(c, bool) and math.isfinite(c) and c >= 0:
+            cost += float(c)
+        else:
+            unknown += 1
+    return cost, calls, unknown
 
 
 def _is_transient_line(line: bytes) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import select
 import sys
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from countgym.errors import UserError
-from countgym.limits import MAX_BUDGET, MAX_CONCURRENCY, MAX_REPEATS
+from countgym.limits import MAX_BUDGET, MAX_CONCURRENCY, MAX_REPEATS, config_depth_problem, nesting_message
 
 
 def _int_at_least(low: int, what: str) -> Any:
@@ -46,6 +47,15 @@ def _int_between(low: int, high: int) -> Any:
         return i
 
     return parse
+
+
+def _folder(v: str) -> str:
+    """``--out``: a folder name; an empty one is a mistake (it would write into the current folder)."""
+    if not v.strip():
+        raise argparse.ArgumentTypeError("expected a folder name, got an empty one")
+    if "\x00" in v:
+        raise argparse.ArgumentTypeError("a folder name cannot hold a NUL character")
+    return v
 
 
 def _spend_cap(v: str) -> float:
@@ -114,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     from countgym.registration import DEMO_DATASET
 
     d = sub.add_parser("demo", help="generate a battery subset, run two model-free policies, audit")
-    d.add_argument("--out", default="countgym-demo", help="output folder (default: countgym-demo)")
+    d.add_argument("--out", type=_folder, default="countgym-demo", help="output folder (default: countgym-demo)")
     d.add_argument("--subset", default=DEMO_DATASET, help=f"battery[:subset] to run on (default: {DEMO_DATASET})")
     d.add_argument("--no-progress", action="store_true", help=_NO_PROGRESS)
 
@@ -122,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     scs = sc.add_subparsers(dest="scenes_command", required=True, parser_class=_Parser)
     mk = scs.add_parser("make", help="write a battery as a dataset folder (manifest.jsonl + media)")
     mk.add_argument("battery", help=f"what to write: {_makeable()}")
-    mk.add_argument("--out", required=True, help="dataset folder to write (manifest.jsonl + media)")
+    mk.add_argument("--out", type=_folder, required=True, help="dataset folder to write (manifest.jsonl + media)")
     mk.add_argument("--seed", type=_non_negative_int, default=0,
                     help="offset of every stimulus seed (default 0: the paper's stimuli)")
     mk.add_argument("--per-level", type=_positive_int, default=None, metavar="K",
@@ -161,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tool-loop arms: the paper's JSON action line (default) or native tool calls")
     r.add_argument("--agent-option", action="append", default=[], metavar="KEY=VALUE",
                    help="policy constructor option (repeatable), e.g. omission=0.2")
-    r.add_argument("--out", default="runs", help="run folder (default: runs)")
+    r.add_argument("--out", type=_folder, default="runs", help="run folder (default: runs)")
     r.add_argument("--concurrency", type=_int_between(1, MAX_CONCURRENCY), default=1,
                    help=f"episodes in flight at once (1 to {MAX_CONCURRENCY}; default 1)")
     r.add_argument("--limit", type=_positive_int, default=None, metavar="K", help=_LIMIT_HELP)
@@ -193,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     a = sub.add_parser("audit", help="audit episode logs: episodes.csv, summary.csv")
     a.add_argument("runs", nargs="+", help="run folders or log files")
-    a.add_argument("--out", required=True, help="audit folder: CSV tables, figures/, report.html")
+    a.add_argument("--out", type=_folder, required=True, help="audit folder: CSV tables, figures/, report.html")
     a.add_argument("--viewer-episodes", type=_non_negative_int, default=40,
                    help="episodes in the report's trajectory viewer (0: no viewer; default 40)")
     a.add_argument("--resamples", type=_positive_int, default=2000, help="bootstrap resamples (default 2000)")
@@ -215,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--format", required=True, choices=("inspect", "parquet", "hf"), dest="fmt",
                     help="inspect: Inspect AI .eval logs; parquet: one row per episode; hf: a Hugging "
                          "Face dataset of the stimuli")
-    ex.add_argument("--out", default=None,
+    ex.add_argument("--out", type=_folder, default=None,
                     help="output: a folder (inspect, hf) or a .parquet file; default: inside the first "
                          "run folder (inspect/, episodes.parquet); required for hf")
     ex.add_argument("--images", action="store_true",
@@ -229,7 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--episode", required=True, help="episode id (or a unique suffix of it)")
     rp.add_argument("--step", type=_non_negative_int, default=None,
                     help="observation index: 0 = first observation, k = after step k (default: last)")
-    rp.add_argument("--out", required=True,
+    rp.add_argument("--out", type=_folder, required=True,
                     help="PNG file to write (video: a contact sheet of the sampled frames, or a folder with --frames)")
     rp.add_argument("--frames", action="store_true",
                     help="video episodes: write one PNG per sampled frame into the folder --out")
@@ -249,6 +259,10 @@ def _parse_kv(items: Sequence[str]) -> dict[str, Any]:
             out[key] = json.loads(val)
         except json.JSONDecodeError:
             out[key] = val
+        except RecursionError:
+            raise UserError(f"--agent-option {key}: {nesting_message()}") from None
+        if config_depth_problem(out[key]):
+            raise UserError(f"--agent-option {key}: {config_depth_problem(out[key])}")
     return out
 
 
@@ -325,6 +339,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     msg = f"{res.ran} episodes run{retried}, {res.skipped} already done, {res.errors} errors -> {res.log}"
     if res.stopped_by_cost:
         msg += f" (stopped at the spend cap: ${res.cost:.4f})"
+    if res.unknown_cost_calls:
+        msg += f" ({res.unknown_cost_calls} model calls of unknown cost)"
+    if res.replaced_cost:
+        msg += f" (${res.cost:.4f} paid in all, ${res.replaced_cost:.4f} of it by replaced transient-error records)"
     print(msg)
     if all_failed(res):
         print(f"countgym: error: {failure_summary(res)}", file=sys.stderr)
@@ -481,7 +499,7 @@ def _frame_numbers(rec: Any, ds: Any, n: int) -> list[int]:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from countgym.sweep import describe_cells, expand, load_config, run_sweep
+    from countgym.sweep import describe_cells, expand, load_config, run_sweep, validate_cells
 
     cfg = load_config(args.config)
     if args.dry_run:
@@ -493,6 +511,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         for sk in skipped:
             print(f"skipped: {sk.agent} on {sk.env} {sk.dataset} ({sk.reason})")
         print(f"{len(cells)} cell{'s' if len(cells) != 1 else ''}" + (f"; common options: {common}" if common else ""))
+        sys.stdout.flush()
+        # Then what the run checks before its first call (model ids, options, folders): a config
+        # the dry run accepts is one the run accepts.
+        validate_cells(cfg, cells, build=False)
         return 0
     if args.executor == "ray":
         from countgym.executors.ray_executor import run_sweep_ray
@@ -505,7 +527,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     ran = sum(r.ran for r in results)
     errors = sum(r.errors for r in results)
     cost = sum(r.cost for r in results)
-    print(f"{len(results)} cells, {ran} episodes run, {errors} errors, ${cost:.4f} recorded -> {cfg.out}")
+    unknown = sum(r.unknown_cost_calls for r in results)
+    unknown_note = f" (+ {unknown} model calls of unknown cost)" if unknown else ""
+    print(f"{len(results)} cells, {ran} episodes run, {errors} errors, ${cost:.4f} recorded{unknown_note} -> {cfg.out}")
     from countgym.cells import log_files_of
 
     _print_glance([f for r in results for f in log_files_of(r.log)], Path(cfg.out))
@@ -551,6 +575,7 @@ COMMANDS = {
 
 
 _PATH_MISTAKES = (FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError)
+_DISK_MISTAKES = {errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EFBIG}
 
 
 def _path_error(e: OSError) -> str:
@@ -562,6 +587,11 @@ def _path_error(e: OSError) -> str:
         IsADirectoryError: "a folder is in the way (a file is needed there)",
         PermissionError: "permission denied",
     }.get(type(e), e.strerror or type(e).__name__)
+    if e.errno in _DISK_MISTAKES:
+        what = {errno.ENOSPC: "no space left on the disk (free some, then run again to resume)",
+                errno.EROFS: "the folder is on a read-only file system (choose another --out)",
+                errno.EDQUOT: "disk quota exceeded (free some, then run again to resume)",
+                errno.EFBIG: "file too large for this file system"}[e.errno]
     path = e.filename if e.filename is not None else ""
     return f"{what}: {path}" if path else str(what)
 
@@ -616,6 +646,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         if _stdout_is_closed():
             return _stdout_closed()
         return _internal_error(e)
+    except OSError as e:
+        if e.errno not in _DISK_MISTAKES:
+            return _internal_error(e)
+        # A full disk or a read-only folder: the user's to fix; the logs stay resumable.
+        print(f"countgym: error: {_path_error(e)}", file=sys.stderr)
+        return 2
+    except ValueError as e:
+        if "null byte" not in str(e):
+            return _internal_error(e)
+        print("countgym: error: a path holds a NUL character; remove it", file=sys.stderr)
+        return 2
     except Exception as e:  # noqa: BLE001 - last resort: one line, exit 1
         return _internal_error(e)
 

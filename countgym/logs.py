@@ -379,7 +379,10 @@ def scrubbed_json(record: EpisodeRecord) -> str:
 
 
 def _repair_tail(path: Path) -> None:
-    """Cut a truncated last line (left by a killed writer) so appends start on a fresh line."""
+    """Cut a truncated last line (left by a killed writer) so appends start on a fresh line.
+
+    A last line that only lacks its newline (a complete, valid record, or one of a newer schema)
+    is kept: the newline is added, and its episode is neither lost nor paid for again."""
     if not path.exists() or path.stat().st_size == 0:
         return
     with path.open("rb+") as f:
@@ -388,19 +391,33 @@ def _repair_tail(path: Path) -> None:
         f.seek(max(0, size - 1))
         if f.read(1) == b"\n":
             return
-        # Find the last newline and truncate after it.
+        # Find the last newline: the line after it is the one to keep or cut.
         block = 65536
         pos = size
+        cut = 0
         while pos > 0:
             start = max(0, pos - block)
             f.seek(start)
             chunk = f.read(pos - start)
             idx = chunk.rfind(b"\n")
             if idx >= 0:
-                f.truncate(start + idx + 1)
-                return
+                cut = start + idx + 1
+                break
             pos = start
-        f.truncate(0)
+        f.seek(cut)
+        if _complete_line(f.read(size - cut)):
+            f.seek(size)
+            f.write(b"\n")
+        else:
+            f.truncate(cut)
+
+
+def _complete_line(raw: bytes) -> bool:
+    """True when ``raw`` (a last line without its newline) is a whole record worth keeping."""
+    if not raw.strip():
+        return False
+    rec, _msg, newer = _read_line(raw.decode("utf-8", errors="replace"), True, known_secrets())
+    return rec is not None or newer
 
 
 class LogLineError(BaseModel):

@@ -11,8 +11,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import threading
 import traceback
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
@@ -23,7 +25,15 @@ from tqdm import tqdm
 
 import countgym
 from countgym.celllock import cell_lock
-from countgym.cells import CellSpec, clear_log, done_in_files, drop_transient_errors, log_files_of
+from countgym.cells import (
+    CellSpec,
+    clear_log,
+    done_in_files,
+    drop_transient_errors,
+    log_files_of,
+    replaced_spend,
+    step_spend,
+)
 from countgym.cpu_slots import cpu_slot
 from countgym.deadlines import episode_scope
 from countgym.envs import templates as tpl
@@ -37,7 +47,7 @@ from countgym.task import Task
 
 __all__ = [
     "CellResult", "CellSpec", "done_episodes", "episode_seed", "make_env", "run_cell",
-    "run_episode", "run_one", "run_pairs",
+    "run_episode", "run_one", "run_pairs", "validate_cell",
 ]
 
 
@@ -53,6 +63,10 @@ class CellResult:
     stopped_by_cost: bool = False
     retried: int = 0
     """Episodes whose transient-error records were removed so that they run again."""
+    unknown_cost_calls: int = 0
+    """Model calls of this run whose cost is unknown (not counted as zero by the cap: reported)."""
+    replaced_cost: float = 0.0
+    """Part of ``cost`` paid by transient-error records replaced on resume (the spend ledger)."""
     error_messages: list[str] = field(default_factory=list)
 
 
@@ -214,8 +228,10 @@ def write_cell_header(path: Path, spec: CellSpec, provider: dict[str, Any] | Non
 
 def done_episodes(log: Path) -> tuple[set[tuple[str, int]], float]:
     """(stimulus_id, repeat) pairs already in a cell's logs (the main log and any Ray shard
-    logs), and the cost they recorded, each episode counted once."""
-    return done_in_files(log_files_of(log))
+    logs), and the cost the cell has paid: what its records show (each episode once) plus what
+    the transient-error records replaced on earlier resumes had paid (its spend ledger)."""
+    done, cost = done_in_files(log_files_of(log))
+    return done, cost + replaced_spend(log).cost
 
 
 def run_one(
@@ -310,6 +326,61 @@ def _check_run_settings(spec: CellSpec, concurrency: int, max_cost: float | None
         raise UserError(f"--max-cost must be a spend cap in USD >= 0 (None for no cap), got {max_cost!r}")
 
 
+def _check_out_dir(out: Path) -> None:
+    """The run folder can be made and written: its nearest existing part is a writable folder."""
+    if "\x00" in str(out):
+        raise UserError(f"--out {str(out)!r}: a folder name cannot hold a NUL character")
+    probe = out.absolute()
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UserError(f"--out {out}: a file is in the way ({probe} is a file; a folder is needed there)")
+    if not os.access(probe, os.W_OK):
+        raise UserError(f"--out {out}: {probe} is not writable (read-only file system or no permission)")
+
+
+def validate_cell(
+    spec: CellSpec,
+    out_dir: str | Path,
+    *,
+    concurrency: int = 1,
+    max_cost: float | None = None,
+    dataset: Dataset | None = None,
+    check_policy: bool = True,
+    check_data: bool = True,
+) -> tuple[str, Dataset | None]:
+    """Everything ``run_cell`` checks before its first model call, as one-line ``UserError``s:
+    run settings, the output folder's name, agent and task, model id and backend option values
+    (without building a backend), the dataset and its manifest, environment options and media.
+    ``sweep --dry-run`` and a sweep's start run it for every cell, so no cell's mistake
+    surfaces after another cell's calls were paid. ``check_data=False`` leaves out what needs
+    the dataset loaded (manifest, environment options, media): the dry run does so for the
+    datasets countgym generates or downloads, which a run builds on first use. Returns
+    (environment id, dataset or None)."""
+    from countgym.agents.registry import check_agent_task, check_arm_model, check_backend_options
+    from countgym.preflight import check_cell
+    from countgym.tasks import load_dataset, task_of_env
+
+    _check_run_settings(spec, concurrency, max_cost)
+    if not str(out_dir).strip():
+        raise UserError("--out must name a folder (an empty name would write into the current one)")
+    _check_out_dir(Path(out_dir))
+    env_id = spec.env_id()
+    if check_policy:
+        check_agent_task(spec.agent, task_of_env(env_id), env_id)
+        # A placeholder or mistyped model id is refused before a dataset is built.
+        check_arm_model(spec.agent, spec.model)
+        check_backend_options(spec.agent, spec.model, spec.agent_options)
+    if not check_data:
+        return env_id, None
+    ds = dataset if dataset is not None else load_dataset(env_id, spec.dataset)
+    # Bad environment options are the user's mistake: fail before any episode, not per episode,
+    # and before the policy's backend loads (seconds for litellm or a local model).
+    make_env(ds, spec.resolved_env_options(), arm=spec.agent, model=spec.model or spec.agent, env=env_id).close()
+    check_cell(spec.agent, ds, spec.stimulus_ids(ds), env=env_id)
+    return env_id, ds
+
+
 def run_cell(
     spec: CellSpec,
     out_dir: str | Path,
@@ -332,22 +403,11 @@ def run_cell(
     Only one process runs a cell at a time (``countgym.celllock``): when another holds it, this
     raises ``CellBusyError`` (a one-line user error), or with ``wait_for_lock`` waits and then resumes.
     """
-    from countgym.agents.registry import check_agent_task, check_arm_model
     from countgym.agents.registry import policy_factory as make_factory
-    from countgym.preflight import check_cell
-    from countgym.tasks import load_dataset, task_of_env
 
-    _check_run_settings(spec, concurrency, max_cost)
-    env_id = spec.env_id()
-    if policy_factory is None:
-        check_agent_task(spec.agent, task_of_env(env_id), env_id)
-        # A placeholder or mistyped model id is refused before a dataset is built.
-        check_arm_model(spec.agent, spec.model)
-    ds = dataset if dataset is not None else load_dataset(env_id, spec.dataset)
-    # Bad environment options are the user's mistake: fail before any episode, not per episode,
-    # and before the policy's backend loads (seconds for litellm or a local model).
-    make_env(ds, spec.resolved_env_options(), arm=spec.agent, model=spec.model or spec.agent, env=env_id).close()
-    check_cell(spec.agent, ds, spec.stimulus_ids(ds), env=env_id)
+    env_id, ds = validate_cell(spec, out_dir, concurrency=concurrency, max_cost=max_cost, dataset=dataset,
+                               check_policy=policy_factory is None)
+    assert ds is not None
     factory = policy_factory or make_factory(spec.agent, spec.model, spec.agent_options, concurrency=concurrency)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -379,8 +439,10 @@ def _run_cell_locked(
     done, cost = done_episodes(log)
     ids = spec.stimulus_ids(ds)
     todo = [(sid, r) for r in range(spec.repeats) for sid in ids if (sid, r) not in done]
-    result = CellResult(log=log, skipped=len(ids) * spec.repeats - len(todo), cost=cost, retried=retried)
+    result = CellResult(log=log, skipped=len(ids) * spec.repeats - len(todo), cost=cost, retried=retried,
+                        replaced_cost=replaced_spend(log).cost)
     lock = threading.Lock()
+    warned: list[bool] = []
 
     def one(sid: str, r: int) -> EpisodeRecord:
         return run_one(spec, ds, factory, log.stem, sid, r, env_id)
@@ -392,7 +454,16 @@ def _run_cell_locked(
         with lock:
             writer.append(rec)
             result.ran += 1
-            result.cost += sum(s.cost or 0.0 for s in rec.steps)
+            cost, _calls, unknown = step_spend(rec.steps)
+            result.cost += cost
+            result.unknown_cost_calls += unknown
+            if unknown and max_cost is not None and not warned:
+                warned.append(True)
+                warnings.warn(
+                    f"{spec.model or spec.agent}: the cost of a model call is unknown (no price for "
+                    f"this model or endpoint: pass input_cost_per_token / output_cost_per_token), so "
+                    f"the ${max_cost:g} spend cap cannot count it; such calls are reported as of "
+                    "unknown cost", stacklevel=2)
             if rec.end == "error":
                 result.errors += 1
                 if len(result.error_messages) < 20:

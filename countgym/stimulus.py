@@ -32,8 +32,8 @@ class Stimulus(BaseModel):
 
     id: str = Field(min_length=1)
     """Stable, unique identifier inside the folder."""
-    n: int = Field(ge=0)
-    """The true count."""
+    n: int = Field(ge=0, le=2**63 - 1)
+    """The true count (a signed 64-bit integer, as every log column holds it)."""
     obj: str = Field(min_length=1)
     """Plural object name used in prompts ("dots")."""
     obj_sing: str = Field(min_length=1)
@@ -46,6 +46,14 @@ class Stimulus(BaseModel):
     """Ground-truth object centres in pixels of the stored image, when known."""
     meta: dict[str, Any] = Field(default_factory=dict)
     """Everything else: battery, set, arrangement, seed, factor, colour, shape, ..."""
+
+    @field_validator("image", "frames")
+    @classmethod
+    def _no_nul(cls, v: Any) -> Any:
+        for rel in [v] if isinstance(v, str) else v or []:
+            if "\x00" in rel:
+                raise ValueError("a media path holds a NUL character")
+        return v
 
     @field_validator("points")
     @classmethod
@@ -209,6 +217,34 @@ def check_image_size(im: Image.Image, path: str | Path) -> None:
             f"image {path} is {im.width} x {im.height} = {im.width * im.height / 1e6:.1f} MP, "
             f"over the {limit / 1e6:g} MP limit (decompression-bomb guard); resize it"
         )
+
+
+MAX_VIDEO_PIXELS = 256_000_000
+"""Largest total of pixels of one video stimulus's frames (about 0.8 GB as RGB): 64 frames of
+2 MP, or ten 4K frames, fit; ten 62 MP frames do not."""
+
+
+def check_video_pixels(dataset: Dataset, stimulus: Stimulus) -> None:
+    """Refuse a video whose frames hold more than ``MAX_VIDEO_PIXELS`` pixels in all, from the
+    frame headers alone (before any frame is decoded)."""
+    total = 0
+    for rel in stimulus.frames or []:
+        path = dataset.media_path(stimulus, rel, "frame")
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+                with Image.open(path) as im:
+                    total += im.width * im.height
+        except FileNotFoundError:
+            raise UserError(f"missing frame {path} for stimulus {stimulus.id!r}") from None
+        except (OSError, ValueError, Image.DecompressionBombError) as e:
+            raise UserError(f"cannot read frame {path}: {e}") from None
+        if total > MAX_VIDEO_PIXELS:
+            raise UserError(
+                f"stimulus {stimulus.id!r}: its {len(stimulus.frames or [])} frames hold over "
+                f"{total / 1e6:.0f} MP, more than the {MAX_VIDEO_PIXELS / 1e6:g} MP a video may "
+                "hold in all; use fewer or smaller frames"
+            )
 
 
 def _read_manifest(path: Path) -> Iterator[tuple[int, Stimulus]]:

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from countgym.celllock import CellBusyError
 from countgym.cells import CellSpec, make_cell, resolve_source
 from countgym.errors import UserError
-from countgym.limits import MAX_CONCURRENCY, MAX_REPEATS
+from countgym.limits import MAX_CONCURRENCY, MAX_REPEATS, config_depth_problem, nesting_message
 from countgym.runner import CellResult, done_episodes, run_cell
 from countgym.tasks import cell_option_keys, env_class, env_for_dataset, task_of_env
 
@@ -84,8 +84,8 @@ class SweepConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    out: str = "runs"
-    """Run folder; each cell writes ``<out>/<cell>.jsonl``."""
+    out: Annotated[str, Field(pattern=r"\S")] = "runs"
+    """Run folder; each cell writes ``<out>/<cell>.jsonl`` (an empty name is refused)."""
     envs: list[str | EnvSource] = []
     """Registered environment ids (``countgym/CounterCount-v0``), or ``{id, dataset}`` tables."""
     datasets: list[str] = []
@@ -156,6 +156,8 @@ def load_config(path: str | Path) -> SweepConfig:
             raise UserError(f"sweep config must be .toml, .yaml or .yml, got {p.name}")
     except UnicodeDecodeError as e:
         raise UserError(f"{p}: cannot parse: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except RecursionError:
+        raise UserError(f"{p}: cannot parse: {nesting_message()}") from None
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         where = f"line {mark.line + 1}: " if mark is not None else ""
@@ -164,6 +166,9 @@ def load_config(path: str | Path) -> SweepConfig:
         raise UserError(f"{p}: cannot parse: {str(e).splitlines()[0]}") from None
     if data is not None and not isinstance(data, dict):
         raise UserError(f"{p}: the top level must be a table of keys (datasets, arms, ...), got {type(data).__name__}")
+    deep = config_depth_problem(data)
+    if deep:
+        raise UserError(f"{p}: {deep}")
     _check_keys(p, data or {})
     try:
         return SweepConfig.model_validate(data or {})
@@ -314,6 +319,26 @@ def expand(cfg: SweepConfig, *, skipped: list[Skipped] | None = None) -> list[Ce
     return cells
 
 
+def validate_cells(cfg: SweepConfig, cells: list[CellSpec], *, build: bool = True) -> None:
+    """What a sweep's run checks before its first model call, for every cell (``validate_cell``),
+    each dataset loaded once. ``sweep --dry-run`` runs the same checks with ``build=False``: a
+    dataset named by its registry name (a battery countgym generates, a photo set it downloads)
+    is then not built or loaded; every folder the config names is read and checked in full."""
+    from countgym.agents.registry import check_arm_model
+    from countgym.cells import folder_of
+    from countgym.runner import validate_cell
+
+    for cell in cells:  # every model id first, as the run checks them
+        check_arm_model(cell.agent, cell.model)
+    datasets: dict[tuple[str, str], Any] = {}
+    for cell in cells:
+        key = (cell.env_id(), cell.dataset)
+        _, datasets[key] = validate_cell(
+            cell, cfg.out, concurrency=cfg.concurrency, max_cost=cfg.max_cost, dataset=datasets.get(key),
+            check_data=build or folder_of(cell.dataset) is not None,
+        )
+
+
 def cell_options(cell: CellSpec) -> dict[str, Any]:
     """Every option of a cell, flat: the resolved environment options as the log spells them, then agent options (credentials
     redacted; an agent option whose name an environment option has is shown as ``agent.NAME``)."""
@@ -356,6 +381,7 @@ def run_sweep(
     cells = expand(cfg)
     for cell in cells:  # every model id, before the first cell builds a dataset or runs
         check_arm_model(cell.agent, cell.model)
+    validate_cells(cfg, cells)  # every cell's mistakes, before the first cell pays for a call
     spent = {c.log_name(): done_episodes(out / c.log_name())[1] for c in cells}
     results: list[CellResult] = []
     labels, _ = describe_cells(cells)

@@ -374,6 +374,9 @@ def load_frames(dataset: Dataset, stim: Stimulus, max_side: int | None = None) -
 
     The environment and replay both call this, so a replayed observation is the observation.
     """
+    from countgym.stimulus import check_video_pixels
+
+    check_video_pixels(dataset, stim)  # the whole video's size, before a frame is decoded
     frames = []
     for rel in stim.frames or []:
         img = dataset.load_image(stim.model_copy(update={"image": rel}))

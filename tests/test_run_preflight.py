@@ -154,8 +154,12 @@ def test_sweep_with_a_failed_cell_runs_the_others_and_exits_1(tmp_path: Path, ca
 
 
 def test_dry_run_shows_every_option_that_differs(capsys: pytest.CaptureFixture) -> None:
-    assert main(["sweep", str(CONFIGS / "finger-thinking-off.toml"), "--dry-run"]) == 0
-    lines = capsys.readouterr().out.strip().splitlines()
+    # The template's model ids are placeholders: the cells are listed, then the dry run refuses
+    # them with one line, as the run would.
+    assert main(["sweep", str(CONFIGS / "finger-thinking-off.toml"), "--dry-run"]) == 2
+    captured = capsys.readouterr()
+    assert len(captured.err.strip().splitlines()) == 1 and "REPLACE:" in captured.err
+    lines = captured.out.strip().splitlines()
     cells, summary = lines[:-1], lines[-1]
     assert len(cells) == 12 and summary.startswith("12 cells; common options: ")
     shown = [line.split("  ", 1)[1] for line in cells]  # without the log name

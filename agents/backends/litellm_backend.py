@@ -26,6 +26,7 @@ import contextvars
 import email.utils
 import importlib.util
 import json
+import math
 import os
 import random
 import re
@@ -150,10 +151,12 @@ class LiteLLMBackend(BaseChatModel):
         # httpx is a core dependency; only the litellm transport needs the 'api' extra.
         if self.transport == "litellm" and importlib.util.find_spec("litellm") is None:
             raise MissingExtraError("litellm", "api")
-        if max_attempts < 1:
-            raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
-        if not timeout_s > 0 or (episode_timeout_s is not None and not episode_timeout_s > 0):
-            raise ValueError(f"timeout_s and episode_timeout_s must be > 0, got {timeout_s}, {episode_timeout_s}")
+        _check_options(
+            timeout_s=timeout_s, episode_timeout_s=episode_timeout_s, max_attempts=max_attempts,
+            max_total_wait_s=max_total_wait_s, backoff_base_s=backoff_base_s, backoff_max_s=backoff_max_s,
+            input_cost_per_token=input_cost_per_token, output_cost_per_token=output_cost_per_token,
+            max_tokens=max_tokens, batch_concurrency=batch_concurrency,
+        )
         register_secret(api_key)
         register_url_secrets(api_base)
         if self.transport == "litellm":
@@ -370,7 +373,8 @@ class LiteLLMBackend(BaseChatModel):
                 f"{self.model}: reasoning was requested off but the provider reported "
                 f"{usage.reasoning_tokens} reasoning tokens (recorded per step)",
             )
-        return Reply(text=text, usage=usage, cost=self._cost(response, usage), tool_calls=tool_calls)
+        cost = _known_cost(self.model, self._cost(response, usage))
+        return Reply(text=text, usage=usage, cost=cost, tool_calls=tool_calls)
 
     def _cost(self, response: Any, usage: Usage | None) -> float | None:
         if self.input_cost_per_token is not None or self.output_cost_per_token is not None:
@@ -565,16 +569,78 @@ def _tool_calls_of(msg: Any) -> list[dict[str, Any]] | None:
 
 
 def _usage_of(response: Any) -> Usage | None:
+    """The reply's token usage; a count that is not a whole number from 0 to 2**63 - 1 is
+    unknown (null), with one warning per model: the paid reply is kept either way."""
     usage = getattr(response, "usage", None)
     if usage is None:
         return None
     details = getattr(usage, "completion_tokens_details", None)
     reasoning = getattr(details, "reasoning_tokens", None) if details is not None else None
-    return Usage(
-        prompt_tokens=getattr(usage, "prompt_tokens", None),
-        completion_tokens=getattr(usage, "completion_tokens", None),
-        reasoning_tokens=reasoning,
-    )
+    counts = {
+        "prompt_tokens": getattr(usage, "prompt_tokens", None),
+        "completion_tokens": getattr(usage, "completion_tokens", None),
+        "reasoning_tokens": reasoning,
+    }
+    bad = {k: v for k, v in counts.items() if v is not None and not _is_count(v)}
+    if bad:
+        model = str(getattr(response, "model", "") or "the provider")
+        shown = ", ".join(f"{k}={str(v)[:30]}" for k, v in bad.items())
+        _warn_once((model, "usage"), f"{model}: refused the token usage the provider reported ({shown}): "
+                   "not a count from 0 to 2**63 - 1; recorded as unknown (the call's cost is then unknown)")
+    return Usage(**{k: (None if k in bad else v) for k, v in counts.items()})
+
+
+def _is_count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 2**63 - 1
+
+
+def _known_cost(model: str, cost: Any) -> float | None:
+    """A call's cost in USD, or None (unknown) where it is not a finite number >= 0 (one warning
+    per model: a negative or NaN cost would otherwise lower the spend the cap counts)."""
+    if cost is None:
+        return None
+    try:
+        value = float(cost)
+    except (TypeError, ValueError, OverflowError):
+        value = math.nan
+    if math.isfinite(value) and value >= 0:
+        return value
+    _warn_once((model, "cost"), f"{model}: refused a call cost of {str(cost)[:30]} (not a finite amount "
+               ">= 0); recorded as unknown")
+    return None
+
+
+CHECKED_OPTIONS = (
+    "timeout_s", "episode_timeout_s", "max_total_wait_s", "backoff_base_s", "backoff_max_s",
+    "input_cost_per_token", "output_cost_per_token", "max_attempts", "max_tokens", "batch_concurrency",
+)
+"""Backend options whose values ``_check_options`` checks."""
+
+
+def _check_options(**options: Any) -> None:
+    """A ``UserError`` (one line, before any call) for a backend option outside its range:
+    durations and prices must be finite numbers (durations > 0 or >= 0), counts whole numbers >= 1."""
+    from countgym.errors import UserError
+
+    def number(v: Any) -> bool:
+        return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+    rules = {
+        "timeout_s": (False, lambda v: number(v) and v > 0, "a number of seconds > 0"),
+        "episode_timeout_s": (True, lambda v: number(v) and v > 0, "a number of seconds > 0 (or null)"),
+        "max_total_wait_s": (False, lambda v: number(v) and v >= 0, "a number of seconds >= 0"),
+        "backoff_base_s": (False, lambda v: number(v) and v >= 0, "a number of seconds >= 0"),
+        "backoff_max_s": (False, lambda v: number(v) and v >= 0, "a number of seconds >= 0"),
+        "input_cost_per_token": (True, lambda v: number(v) and v >= 0, "a price in USD >= 0 (or null)"),
+        "output_cost_per_token": (True, lambda v: number(v) and v >= 0, "a price in USD >= 0 (or null)"),
+        "max_attempts": (False, lambda v: _is_count(v) and 1 <= v <= 1000, "a whole number from 1 to 1000"),
+        "max_tokens": (True, lambda v: _is_count(v) and v >= 1, "a whole number >= 1 (or null)"),
+        "batch_concurrency": (False, lambda v: _is_count(v) and 1 <= v <= 1024, "a whole number from 1 to 1024"),
+    }
+    for name, value in options.items():
+        nullable, ok, what = rules[name]
+        if (value is None and not nullable) or (value is not None and not ok(value)):
+            raise UserError(f"backend option {name} must be {what}, got {value!r}")
 
 
 def to_openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:

@@ -42,11 +42,12 @@ from countgym.cells import (
     done_in_files,
     drop_transient_errors,
     shard_dir,
+    step_spend,
 )
 from countgym.errors import MissingExtraError, UserError
 from countgym.logs import EpisodeRecord, LogWriter
 from countgym.runner import CellResult, run_one, run_pairs, write_cell_header
-from countgym.sweep import SweepConfig, expand
+from countgym.sweep import SweepConfig, expand, validate_cells
 
 MAX_AUTO_SHARD = 50
 """Largest automatic shard: small enough that a killed run loses little and progress moves."""
@@ -133,6 +134,7 @@ def run_sweep_ray(
     ray = import_ray()
     out = Path(cfg.out)
     cells = expand(cfg)
+    validate_cells(cfg, cells)  # every cell's mistakes, before any shard pays for a call
     started = ensure_ray(address=address, num_cpus=num_cpus, runtime_env=runtime_env)
     locks = ExitStack()  # the driver holds every cell's lock; shard tasks write their own files
     try:
@@ -298,7 +300,7 @@ def _run_shard(
         with lock:
             writer.append(rec)
             summary["ran"] += 1
-            summary["cost"] += sum(s.cost or 0.0 for s in rec.steps)
+            summary["cost"] += step_spend(rec.steps)[0]
             if rec.end == "error":
                 summary["errors"] += 1
                 if len(summary["error_messages"]) < 20:
