@@ -96,6 +96,15 @@ class Oracle(_TagThenAnswer):
         return list(self._truth or []), self._n
 
 
+def _number(name: str, value: Any) -> float:
+    """An option given as a number (``--agent-option sigma=3``); anything else is refused."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    if not np.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return float(value)
+
+
 class NoisyPointer(Oracle):
     """An oracle with injected errors whose rates the audit must recover.
 
@@ -119,6 +128,10 @@ class NoisyPointer(Oracle):
         seed: int = 0,
     ) -> None:
         super().__init__()
+        sigma, omission, duplicate, phantom, slip = (
+            _number(k, v) for k, v in (("sigma", sigma), ("omission", omission), ("duplicate", duplicate),
+                                       ("phantom", phantom), ("slip", slip))
+        )
         for k, v in {
             "omission": omission,
             "duplicate": duplicate,

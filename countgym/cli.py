@@ -159,8 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "or adds one on an untagged object")
     r.add_argument("--protocol", choices=["json", "native"], default=None,
                    help="tool-loop arms: the paper's JSON action line (default) or native tool calls")
-    r.add_argument("--agent-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="policy constructor option (repeatable), e.g. omission=0.2")
+    r.add_argument("--agent-option", action="extend", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="policy or backend options, one or more per flag (repeatable), e.g. "
+                        "sigma=3 omission=0.1")
     r.add_argument("--out", default="runs", help="run folder (default: runs)")
     r.add_argument("--concurrency", type=_int_between(1, MAX_CONCURRENCY), default=1,
                    help=f"episodes in flight at once (1 to {MAX_CONCURRENCY}; default 1)")

@@ -180,7 +180,7 @@ class CountVideoEnv(gym.Env):
 
     def __init__(
         self,
-        dataset: str | Dataset = "countvideo",
+        dataset: str | Dataset = "countvideo:k1",
         *,
         stimulus_ids: Sequence[str] | None = None,
         prompt: Prompt = "P1",
