@@ -98,3 +98,101 @@ def test_countvideo_env_defaults_to_the_small_set() -> None:
 
     assert 'gym.make("countgym/CountVideo-v0", dataset="countvideo")' in _build_tip(1)
     assert "--data countvideo:k1" in _build_tip(None)
+
+
+# --- countgym cache ----------------------------------------------------------------------------------
+def _fake_cache(root: Path) -> None:
+    done = root / "dotarrays-v2"
+    (done / "images").mkdir(parents=True)
+    (done / "manifest.jsonl").write_text('{"id": "a"}\n{"id": "b"}\n')
+    (done / "images" / "a.png").write_bytes(b"x" * 1000)
+    (root / ".countvideo-v1-all-1920x1080.k3j2.tmp").mkdir()
+    (root / ".countvideo-v1-all-1920x1080.k3j2.tmp" / "v.jpg").write_bytes(b"y" * 5000)
+    (root / ".countvideo-v1-all-1920x1080.lock").write_text("")
+    (root / "countvideo-v1-k2-960x540" / "frames").mkdir(parents=True)
+    (root / "derived" / "transforms" / "dotarrays-ablation-mirror-0123").mkdir(parents=True)
+    (root / "derived" / "transforms" / "dotarrays-ablation-mirror-0123" / "manifest.jsonl").write_text('{"id": "a"}\n')
+
+
+def test_cache_lists_sizes_and_states(tmp_path: Path, monkeypatch, capsys) -> None:
+    root = tmp_path / "cache"
+    _fake_cache(root)
+    monkeypatch.setenv("COUNTGYM_CACHE", str(root))
+    monkeypatch.delenv("COUNTGYM_DERIVED_CACHE", raising=False)
+    assert main(["cache"]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith("  ")}
+    assert rows["dotarrays-v2"][1] == "complete" and "2 items" in " ".join(rows["dotarrays-v2"])
+    assert rows[".countvideo-v1-all-1920x1080.k3j2.tmp"][1] == "stale"
+    assert rows[".countvideo-v1-all-1920x1080.lock"][1] == "stale"
+    assert rows["countvideo-v1-k2-960x540"][1] == "partial"
+    assert rows["dotarrays-ablation-mirror-0123"][1] == "complete" and "derived" not in rows
+    assert "countgym cache clean --partial" in out
+
+
+def test_cache_clean_removes_stale_then_partial_never_a_build_in_progress(tmp_path: Path, monkeypatch,
+                                                                          capsys) -> None:
+    import fcntl
+
+    root = tmp_path / "cache"
+    _fake_cache(root)
+    monkeypatch.setenv("COUNTGYM_CACHE", str(root))
+    monkeypatch.delenv("COUNTGYM_DERIVED_CACHE", raising=False)
+    # A live build: its lock is held, so its temp folder must survive every clean.
+    (root / ".lattice-v1.zz.tmp").mkdir()
+    with open(root / ".lattice-v1.lock", "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        assert main(["cache", "clean", "--dry-run"]) == 0
+        assert (root / ".countvideo-v1-all-1920x1080.k3j2.tmp").exists()
+        assert main(["cache", "clean"]) == 0
+        assert not (root / ".countvideo-v1-all-1920x1080.k3j2.tmp").exists()
+        assert not (root / ".countvideo-v1-all-1920x1080.lock").exists()
+        assert (root / "countvideo-v1-k2-960x540").exists() and (root / "dotarrays-v2").exists()
+        assert main(["cache", "clean", "--partial"]) == 0
+        assert not (root / "countvideo-v1-k2-960x540").exists()
+        assert main(["cache", "clean", "--all"]) == 0
+        assert not (root / "dotarrays-v2").exists()
+        assert (root / ".lattice-v1.zz.tmp").exists() and (root / ".lattice-v1.lock").exists()
+    out = capsys.readouterr()
+    assert "kept" in out.err and "a build is in progress" in out.err
+
+
+def test_cache_clean_of_an_unknown_name_is_exit_2(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("COUNTGYM_CACHE", str(tmp_path))
+    assert main(["cache", "clean", "nothing-here"]) == 2
+    assert "no entry 'nothing-here'" in capsys.readouterr().err
+
+
+# --- countgym replay -----------------------------------------------------------------------------------
+@pytest.fixture()
+def oracle_run(tiny_dataset, tmp_path: Path) -> Path:
+    out = tmp_path / "runs"
+    assert main(["run", "--data", str(tiny_dataset.root), "--agent", "oracle", "--repeats", "2", "--out", str(out),
+                 "--no-progress"]) == 0
+    return out
+
+
+def test_replay_lists_ids_and_takes_a_stimulus_id(oracle_run: Path, tmp_path: Path, capsys) -> None:
+    capsys.readouterr()
+    assert main(["replay", str(oracle_run), "--list"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].split("\t") == ["episode_id", "stimulus_id", "truth", "answer", "end"]
+    ids = [line.split("\t") for line in lines[1:]]
+    assert len(ids) == 6 and all(row[0].endswith(("/r0", "/r1")) for row in ids)
+    sid = ids[0][1]
+    # Two repeats: the stimulus id alone is ambiguous and the error names both episodes.
+    assert main(["replay", str(oracle_run), "--episode", sid, "--out", str(tmp_path / "a.png")]) == 2
+    err = capsys.readouterr().err
+    assert "2 episodes match" in err and f"{sid}/r0" in err and f"{sid}/r1" in err
+    assert main(["replay", str(oracle_run), "--episode", f"{sid}/r1", "--out", str(tmp_path / "b.png")]) == 0
+    assert (tmp_path / "b.png").stat().st_size > 0
+
+
+def test_replay_with_a_single_repeat_takes_the_bare_stimulus_id(tiny_dataset, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "runs"
+    assert main(["run", "--data", str(tiny_dataset.root), "--agent", "oracle", "--out", str(out), "--no-progress"]) == 0
+    (log,) = out.glob("*.jsonl")
+    assert main(["replay", str(log), "--episode", "two", "--out", str(tmp_path / "c.png")]) == 0
+    assert main(["replay", str(log), "--episode", "nope", "--out", str(tmp_path / "d.png")]) == 2
+    assert "--list" in capsys.readouterr().err
+    assert main(["replay", str(log)]) == 2
