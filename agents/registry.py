@@ -16,13 +16,14 @@ from functools import cache
 from typing import Any
 
 from countgym.agents.base import ArmFamily, policy_class
-from countgym.agents.scripted import BlobCounter, NoisyPointer, Oracle
+from countgym.agents.scripted import BlobCounter, NoisyCounter, NoisyPointer, Oracle
 from countgym.errors import UserError
 
 BUILTIN_POLICIES: dict[str, Callable[..., Any]] = {
     "oracle": Oracle,
     "noisy-pointer": NoisyPointer,
     "blob-counter": BlobCounter,
+    "noisy-counter": NoisyCounter,
 }
 SCRIPTED = frozenset(BUILTIN_POLICIES)
 # Options that change the environment rather than the arm.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from countgym.cli import main
@@ -196,3 +197,61 @@ def test_replay_with_a_single_repeat_takes_the_bare_stimulus_id(tiny_dataset, tm
     assert main(["replay", str(log), "--episode", "nope", "--out", str(tmp_path / "d.png")]) == 2
     assert "--list" in capsys.readouterr().err
     assert main(["replay", str(log)]) == 2
+
+
+# --- model-free baselines on every task ------------------------------------------------------------------
+def _records(out: Path):
+    from countgym.logs import read_records
+
+    return read_records([out])
+
+
+def test_oracle_answers_the_true_count_on_video_and_countercount(tiny_countvideo: Path, tiny_countercount: Path,
+                                                                 tmp_path: Path, recwarn) -> None:
+    out = tmp_path / "runs"
+    for data in (tiny_countvideo, tiny_countercount):
+        assert main(["run", "--data", str(data), "--agent", "oracle", "--out", str(out), "--no-progress"]) == 0
+    recs = _records(out)
+    assert len(recs) == 2 + 4
+    assert all(r.end == "answer" and r.answer == r.truth.n for r in recs)
+    # No "cannot point there" notice: the single-step tasks have nothing to point at.
+    assert not [w for w in recwarn if "cannot point" in str(w.message)]
+
+
+def test_noisy_counter_bias_and_spread_come_back(tiny_countvideo: Path, tmp_path: Path) -> None:
+    out = tmp_path / "runs"
+    assert main(["run", "--data", str(tiny_countvideo), "--agent", "noisy-counter", "--agent-option", "sigma=0",
+                 "bias=-0.5", "--repeats", "3", "--out", str(out), "--no-progress"]) == 0
+    recs = _records(out)
+    assert len(recs) == 6
+    # sigma 0: exactly half the true count, rounded, every time.
+    assert all(r.answer == max(0, int(round(r.truth.n * 0.5))) for r in recs)
+
+
+def test_noisy_counter_is_seeded_per_episode_and_has_the_stated_spread() -> None:
+    from countgym.agents.base import Task
+    from countgym.agents.scripted import NoisyCounter
+
+    task = Task(obj="dots", obj_sing="dot", image_size=(10, 10), tools=(), budget=0, options={})
+    answers = []
+    for seed in range(400):
+        p = NoisyCounter(sigma=0.1, bias=0.2)
+        p.give_truth(None, 50)
+        p.seed(seed)
+        p.reset({}, task)
+        answers.append(p.act({}).action.count)
+    arr = np.asarray(answers, dtype=float)
+    assert abs(arr.mean() - 60.0) < 1.0 and 4.0 < arr.std() < 6.0  # N(60, 5), rounded
+    again = NoisyCounter(sigma=0.1, bias=0.2)
+    again.give_truth(None, 50)
+    again.seed(7)
+    again.reset({}, task)
+    assert again.act({}).action.count == answers[7]
+
+
+@pytest.mark.parametrize(("option", "says"), [("sigma=-1", "sigma must be >= 0"), ("bias=-1", "bias must be > -1")])
+def test_noisy_counter_options_are_checked(option: str, says: str, tiny_countvideo: Path, tmp_path: Path,
+                                           capsys) -> None:
+    assert main(["run", "--data", str(tiny_countvideo), "--agent", "noisy-counter", "--agent-option", option,
+                 "--out", str(tmp_path), "--no-progress"]) == 2
+    assert says in capsys.readouterr().err
