@@ -23,7 +23,7 @@ class _TagThenAnswer:
     """Shared loop: tag a list of normalised points (100 per call), then answer a count."""
 
     name = "scripted"
-    tasks = ("image",)
+    tasks: tuple[str, ...] = ("image",)
     """The tasks these policies run on: they answer by tagging points on an image."""
 
     def __init__(self) -> None:

@@ -495,10 +495,8 @@ def cmd_cache(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from countgym.envs.replay import contact_sheet, replay_observation, write_png
-    from countgym.logs import iter_records
+    from countgym.logs import find_logs, iter_records
     from countgym.scenes import resolve_dataset
-
-    from countgym.logs import find_logs
 
     path = Path(args.runfile)
     if not path.exists():

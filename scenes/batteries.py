@@ -23,7 +23,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from countgym.errors import UserError
 from countgym.stimulus import Dataset, Stimulus, write_manifest
@@ -267,7 +267,7 @@ def make_battery(
     out = Path(out)
     (out / "images").mkdir(parents=True, exist_ok=True)
     tasks = [(s, seed, str(out)) for s in specs]
-    bar = {"total": len(tasks), "desc": f"scenes {name}", "enabled": progress}
+    bar: dict[str, Any] = {"total": len(tasks), "desc": f"scenes {name}", "enabled": progress}
     if workers <= 1 or len(tasks) < _POOL_MIN_IMAGES:
         stimuli = list(progress_bar(map(_write_one, tasks), **bar))
     else:
