@@ -16,13 +16,14 @@ from functools import cache
 from typing import Any
 
 from countgym.agents.base import ArmFamily, policy_class
-from countgym.agents.scripted import BlobCounter, NoisyPointer, Oracle
+from countgym.agents.scripted import BlobCounter, NoisyCounter, NoisyPointer, Oracle
 from countgym.errors import UserError
 
 BUILTIN_POLICIES: dict[str, Callable[..., Any]] = {
     "oracle": Oracle,
     "noisy-pointer": NoisyPointer,
     "blob-counter": BlobCounter,
+    "noisy-counter": NoisyCounter,
 }
 SCRIPTED = frozenset(BUILTIN_POLICIES)
 # Options that change the environment rather than the arm.
@@ -143,21 +144,30 @@ def load_policy(spec: str, **kwargs: Any) -> Any:
     if spec in BUILTIN_POLICIES:
         try:
             return BUILTIN_POLICIES[spec](**kwargs)
-        except (TypeError, ValueError) as e:  # an unknown option, or a value out of range
-            raise UserError(f"invalid option for agent {spec!r}: {e}") from None
+        except (TypeError, ValueError) as e:
+            raise UserError(f"invalid --agent-option for {spec!r}: {_option_error(e)}") from None
     if ":" not in spec:
         names = ", ".join(sorted(BUILTIN_POLICIES))
         raise UserError(f"unknown agent {spec!r}: use one of {names} or package.module:ClassName")
     cls = policy_class(spec)
     try:
         policy = cls(**kwargs)
-    except TypeError as e:
-        raise UserError(f"cannot construct agent {spec!r}: {e}") from None
+    except (TypeError, ValueError) as e:
+        raise UserError(f"cannot construct agent {spec!r} with these options: {_option_error(e)}") from None
     if not (hasattr(policy, "reset") and hasattr(policy, "act")):
         raise UserError(
             f"agent {spec!r} has no reset(first_observation, task) and act(observation)"
         )
     return policy
+
+
+def _option_error(e: Exception) -> str:
+    """A constructor's complaint about its options, without the class-qualified prefix."""
+    text = str(e)
+    if "unexpected keyword argument" in text:
+        name = text.rsplit("argument", 1)[-1].strip()
+        return f"unknown option {name}"
+    return text
 
 
 def check_arm_model(agent: str, model: str = "") -> None:

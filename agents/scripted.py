@@ -23,7 +23,7 @@ class _TagThenAnswer:
     """Shared loop: tag a list of normalised points (100 per call), then answer a count."""
 
     name = "scripted"
-    tasks = ("image",)
+    tasks: tuple[str, ...] = ("image",)
     """The tasks these policies run on: they answer by tagging points on an image."""
 
     def __init__(self) -> None:
@@ -67,6 +67,10 @@ class Oracle(_TagThenAnswer):
 
     name = "oracle"
     uses_truth = True
+    tasks = ("image", "video", "countercount")
+    """On the image task it tags every point; on the single-step tasks it answers the count."""
+    points_used = True
+    """Told when a stimulus has no points to tag (a count-only image set)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -96,6 +100,58 @@ class Oracle(_TagThenAnswer):
         return list(self._truth or []), self._n
 
 
+class NoisyCounter:
+    """A model-free answer-only baseline for every task: it states a noisy version of the true
+    count and never points.
+
+    The answer is ``round(n * (1 + bias) + Normal(0, sigma * n))``, at least 0 (the simulated
+    model's answer-only rule); ``sigma=0, bias=0`` is an oracle count. ``seed`` with the
+    runner's per-episode seed makes runs repeatable.
+    """
+
+    name = "noisy-counter"
+    uses_truth = True
+    points_used = False
+    tasks = ("image", "video", "countercount")
+
+    def __init__(self, sigma: float = 0.1, bias: float = 0.0, seed: int = 0) -> None:
+        self.sigma, self.bias = _number("sigma", sigma), _number("bias", bias)
+        if self.sigma < 0:
+            raise ValueError(f"sigma must be >= 0, got {sigma}")
+        if self.bias <= -1:
+            raise ValueError(f"bias must be > -1 (a relative error), got {bias}")
+        self.rng = np.random.default_rng(int(_number("seed", seed)))
+        self._n: int | None = None
+
+    def seed(self, seed: int) -> None:
+        """Per-episode seeding (the runner calls this so results do not depend on run order)."""
+        self.rng = np.random.default_rng(seed)
+
+    def give_truth(self, points_norm: list[tuple[float, float]] | None, n: int) -> None:
+        """Receive the true count (the points are not used)."""
+        self._n = n
+
+    def reset(self, first_observation: dict[str, Any], task: Task) -> None:
+        if self._n is None:
+            raise RuntimeError(f"{self.name} needs the ground truth: call give_truth(points, n) before reset")
+
+    def act(self, observation: dict[str, Any]) -> Any:
+        assert self._n is not None, "reset() first"
+        n = self._n
+        value = n * (1.0 + self.bias) + self.rng.normal(0.0, self.sigma * n) if n else 0.0
+        count = max(0, int(round(value)))
+        return Reply(text=f"ANSWER: {count}", action=Answer(count=count))
+
+
+def _number(name: str, value: Any) -> float:
+    """An option given as a number (``--agent-option sigma=3``); anything else is refused."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    if not np.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return float(value)
+
+
 class NoisyPointer(Oracle):
     """An oracle with injected errors whose rates the audit must recover.
 
@@ -119,6 +175,10 @@ class NoisyPointer(Oracle):
         seed: int = 0,
     ) -> None:
         super().__init__()
+        sigma, omission, duplicate, phantom, slip = (
+            _number(k, v) for k, v in (("sigma", sigma), ("omission", omission), ("duplicate", duplicate),
+                                       ("phantom", phantom), ("slip", slip))
+        )
         for k, v in {
             "omission": omission,
             "duplicate": duplicate,

@@ -60,9 +60,7 @@ class VideoDirect:
         system: str | None = None,
         **backend_options: Any,
     ) -> None:
-        if isinstance(model, str):
-            model = make_video_backend(model, **backend_options)
-        self.model = model
+        self.model: _Completes = make_video_backend(model, **backend_options) if isinstance(model, str) else model
         self.frame_labels = frame_labels
         self.system = system
         self._first: dict[str, Any] | None = None

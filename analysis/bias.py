@@ -325,7 +325,8 @@ def human_rows(
         for key in ("exact_match", "acc10", "mae", "rmse", "coverage", "support_size", "perplexity")
     }
     mean["n_items"] = int(np.mean([s.n_items for s in per]))
-    votes, truths = [], []
+    votes: list[int | None] = []
+    truths: list[int] = []
     for _sid, g in df.groupby("stimulus_id", sort=True):
         answers = [int(v) for v in _preds(g["response"]) if v is not None]
         if answers:

@@ -25,7 +25,7 @@ Definitions (answers compared as values; "no answer" is one value, equal to itse
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import combinations
@@ -124,8 +124,8 @@ def _within(answers: Sequence[object]) -> float:
 
 
 def agreement(
-    runs_a: dict[str, Sequence[object]],
-    runs_b: dict[str, Sequence[object]],
+    runs_a: Mapping[str, Sequence[object]],
+    runs_b: Mapping[str, Sequence[object]],
     *,
     n_resamples: int = 2000,
     confidence: float = 0.95,
@@ -281,7 +281,7 @@ def transform_table(
         cand = plain[
             (plain["model"] == model) & (plain["arm"] == arm) & plain["stimulus_id"].isin(origins)
         ]
-        b = {}
+        b: dict[str, list[object]] = {}
         for sid, ans in zip(gt["transform_of"], gt["answer"], strict=True):
             b.setdefault(str(sid), []).append(ans)
         for ds_o, go in cand.groupby("dataset", sort=True):

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -136,7 +137,7 @@ def perturbation_table(
         k = (row.dataset, row.model, row.perturb_free_key, row.stimulus_id)
         base_idx.setdefault(k, []).append((int(row.repeat), row.answer, str(row.arm)))
 
-    groups: dict[tuple, dict[str, list]] = {}
+    groups: dict[tuple, dict[str, Any]] = {}
     for row in perturbed.itertuples(index=False):
         rec = by_id.get(row.episode_id)
         out = probe_outcome(rec, stimuli) if rec is not None else None
@@ -150,6 +151,7 @@ def perturbation_table(
             g["skipped"] += 1
             continue
         shift = float("nan")
+        base_answer: Any
         cands = base_idx.get((row.dataset, row.model, row.perturb_free_key, row.stimulus_id), [])
         if cands:
             same = [c for c in cands if c[0] == int(row.repeat)]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
@@ -139,7 +140,7 @@ def principle_tables(
         for rec in records:
             inputs.add(rec)
     cond = inputs.conditions()
-    boot = {"n_resamples": opts.n_resamples, "confidence": opts.confidence, "seed": opts.seed}
+    boot: dict[str, Any] = {"n_resamples": opts.n_resamples, "confidence": opts.confidence, "seed": opts.seed}
     taus = inputs.taus
     tables = {
         "traversal": traversal_table(

@@ -75,8 +75,8 @@ class RecordSource(Sequence[EpisodeRecord]):
         # A first pass stopped early left nothing the next one trusts: start over.
         self._pos, self._replaced, self._ids = [], {}, {}
         i = 0
-        for rec in self._records:
-            yield self._noted(i, rec)
+        for given in self._records:
+            yield self._noted(i, given)
             i += 1
         for k, path in enumerate(self._files):
             with path.open("rb") as f:

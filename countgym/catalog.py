@@ -6,6 +6,7 @@ and the sweep configs); build costs are the estimates the cache prints before a 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +44,10 @@ def batteries() -> list[BatteryRow]:
     rows.append(BatteryRow("countvideo", n_v, n_v * BUILD_SECONDS_PER_VIDEO,
                            _cached(root, "countvideo-v*-all-1920x1080"),
                            "CountVideoBench, 26 cardinalities, 1920 x 1080"))
+    n_k1 = len(select_specs(1, None))
+    rows.append(BatteryRow("countvideo:k1", n_k1, n_k1 * BUILD_SECONDS_PER_VIDEO,
+                           _cached(root, "countvideo-v*-k1-1920x1080"),
+                           "CountVideoBench, one video per cardinality (CountVideo-v0's default)"))
     return rows
 
 
@@ -110,7 +115,7 @@ def render(config_dir: Path | None = None) -> str:
     """The whole catalogue as plain-text tables."""
     out: list[str] = []
 
-    def table(title: str, head: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    def table(title: str, head: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> None:
         widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=False)]
         out.append(f"{title}:")
         for r in (head, *rows):

@@ -209,6 +209,10 @@ def resolve_source(env: str | None, dataset: str | None) -> tuple[str, str]:
             if dataset is None:
                 raise UserError(f"environment {env} has no default dataset: pass --data")
     assert dataset is not None
+    if not env:
+        from countgym.scenes.batteries import check_dataset_name
+
+        check_dataset_name(dataset)  # a mistyped name, before "the arm does not run there"
     claimed = env_for_dataset(dataset)
     if not env:
         _check_claimed(dataset, claimed)

@@ -169,8 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "or adds one on an untagged object")
     r.add_argument("--protocol", choices=["json", "native"], default=None,
                    help="tool-loop arms: the paper's JSON action line (default) or native tool calls")
-    r.add_argument("--agent-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="policy constructor option (repeatable), e.g. omission=0.2")
+    r.add_argument("--agent-option", action="extend", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="policy or backend options, one or more per flag (repeatable), e.g. "
+                        "sigma=3 omission=0.1")
     r.add_argument("--out", type=_folder, default="runs", help="run folder (default: runs)")
     r.add_argument("--concurrency", type=_int_between(1, MAX_CONCURRENCY), default=1,
                    help=f"episodes in flight at once (1 to {MAX_CONCURRENCY}; default 1)")
@@ -234,12 +235,24 @@ def build_parser() -> argparse.ArgumentParser:
     ls = sub.add_parser("list", help="every env id, battery, arm and config, with sizes and build costs")
     ls.add_argument("--configs", default=None, help="folder of sweep configs (default: the checkout's configs/)")
 
+    ca = sub.add_parser("cache", help="what the dataset cache holds (sizes, partial and stale builds); clean it")
+    cas = ca.add_subparsers(dest="cache_command", required=False, parser_class=_Parser)
+    cas.add_parser("list", help="list the cache's entries (the default)")
+    cl = cas.add_parser("clean", help="remove stale temp builds (and more with the flags)")
+    cl.add_argument("names", nargs="*", help="remove these entries (names as listed)")
+    cl.add_argument("--partial", action="store_true", help="also remove interrupted (partial) builds")
+    cl.add_argument("--all", action="store_true", dest="everything", help="remove every entry not being built")
+    cl.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
+
     rp = sub.add_parser("replay", help="re-render one observation of a logged episode")
-    rp.add_argument("runfile", help="the episode log (.jsonl) that holds the episode")
-    rp.add_argument("--episode", required=True, help="episode id (or a unique suffix of it)")
+    rp.add_argument("runfile", help="the episode log (.jsonl) that holds the episode, or its run folder")
+    rp.add_argument("--episode", default=None,
+                    help="episode id, a unique suffix of it (STIMULUS/r0), or a stimulus id")
+    rp.add_argument("--list", action="store_true", dest="list_ids",
+                    help="list the episodes of the log (id, stimulus, truth, answer, end) and exit")
     rp.add_argument("--step", type=_non_negative_int, default=None,
                     help="observation index: 0 = first observation, k = after step k (default: last)")
-    rp.add_argument("--out", type=_folder, required=True,
+    rp.add_argument("--out", type=_folder, default=None,
                     help="PNG file to write (video: a contact sheet of the sampled frames, or a folder with --frames)")
     rp.add_argument("--frames", action="store_true",
                     help="video episodes: write one PNG per sampled frame into the folder --out")
@@ -457,20 +470,62 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_cache(args: argparse.Namespace) -> int:
+    from countgym.scenes.cache import cache_root
+    from countgym.scenes.cache_admin import cache_entries, clean_cache, format_bytes
+
+    entries = cache_entries()
+    if getattr(args, "cache_command", None) == "clean":
+        if args.names and (args.partial or args.everything):
+            raise UserError("cache clean: give entry names, or --partial/--all, not both")
+        known = {e.name for e in entries}
+        unknown = [n for n in args.names if n not in known]
+        if unknown:
+            raise UserError(f"cache clean: no entry {unknown[0]!r} in {cache_root()} (see: countgym cache)")
+        gone = clean_cache(entries, partial=args.partial, everything=args.everything,
+                           names=args.names, dry_run=args.dry_run)
+        verb = "would remove" if args.dry_run else "removed"
+        for e in gone:
+            print(f"{verb} {e.path} ({e.state}, {format_bytes(e.bytes)})")
+        busy = [e for e in entries if e.state == "building"]
+        for e in busy:
+            print(f"kept {e.path}: a build is in progress", file=sys.stderr)
+        print(f"{verb} {len(gone)} entries, {format_bytes(sum(e.bytes for e in gone))}")
+        return 0
+    print(f"cache: {cache_root()} (set COUNTGYM_CACHE to move it)")
+    if not entries:
+        print("  (empty)")
+        return 0
+    width = max(len(e.name) for e in entries)
+    for e in entries:
+        items = f"{e.items} items" if e.items is not None else ""
+        where = "" if e.path.parent == cache_root() else f"  [{e.path.parent.name}]"
+        print(f"  {e.name:<{width}}  {e.state:<8}  {format_bytes(e.bytes):>9}  {items}{where}")
+    total = sum(e.bytes for e in entries)
+    stale = [e for e in entries if e.state == "stale"]
+    partial = [e for e in entries if e.state == "partial"]
+    print(f"{len(entries)} entries, {format_bytes(total)}")
+    if stale or partial:
+        print(f"clean up: countgym cache clean (stale: {len(stale)})"
+              + (f"; countgym cache clean --partial (interrupted builds: {len(partial)})" if partial else ""))
+    return 0
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     from countgym.envs.replay import contact_sheet, replay_observation, write_png
-    from countgym.logs import iter_records
+    from countgym.logs import find_logs, iter_records
     from countgym.scenes import resolve_dataset
 
     path = Path(args.runfile)
-    if not path.is_file():
-        raise UserError(f"no such log file: {path}")
-    matches = [r for r in iter_records([path]) if r.episode_id == args.episode or r.episode_id.endswith(args.episode)]
-    if not matches:
-        raise UserError(f"no episode {args.episode!r} in {path}")
-    if len(matches) > 1:
-        raise UserError(f"{len(matches)} episodes match {args.episode!r} in {path}; give the full id")
-    rec = matches[0]
+    if not path.exists():
+        raise UserError(f"no such log file or run folder: {path}")
+    logs = find_logs([path])
+    if args.list_ids:
+        return _list_episodes(iter_records(logs))
+    if not args.episode or not args.out:
+        raise UserError("replay needs --episode ID and --out IMAGE.png "
+                        f"(see the ids with: countgym replay {path} --list)")
+    rec = _find_episode(iter_records(logs), args.episode, path)
     ds = resolve_dataset(args.data or rec.dataset)
     img = replay_observation(rec, ds, args.step)
     if img.ndim == 4:
@@ -488,6 +543,39 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise UserError(f"--frames needs a video episode; {rec.episode_id} shows one image")
     print(f"wrote {write_png(img, args.out)}")
     return 0
+
+
+def _list_episodes(records: Any) -> int:
+    """Print one line per logged episode: the id to give --episode, and what happened."""
+    n = 0
+    print("episode_id\tstimulus_id\ttruth\tanswer\tend")
+    for r in records:
+        truth = r.truth.n if r.truth is not None else ""
+        answer = "" if r.answer is None else r.answer
+        print(f"{_scrub(r.episode_id)}\t{_scrub(r.stimulus_id)}\t{truth}\t{answer}\t{r.end}")
+        n += 1
+    print(f"{n} episodes", file=sys.stderr)
+    return 0
+
+
+def _find_episode(records: Any, wanted: str, path: Path) -> Any:
+    """The one episode named by its id, a unique suffix of the id (``STIMULUS/r0``), or its
+    stimulus id (when that stimulus ran once)."""
+    by_id: list[Any] = []
+    by_stimulus: list[Any] = []
+    for r in records:
+        if r.episode_id == wanted or r.episode_id.endswith("/" + wanted.lstrip("/")):
+            by_id.append(r)
+        elif r.stimulus_id == wanted:
+            by_stimulus.append(r)
+    matches = by_id or by_stimulus
+    if not matches:
+        raise UserError(f"no episode {wanted!r} in {path} (list them: countgym replay {path} --list)")
+    if len(matches) > 1:
+        ids = ", ".join(sorted(_scrub(r.episode_id) for r in matches)[:4])
+        more = ", ..." if len(matches) > 4 else ""
+        raise UserError(f"{len(matches)} episodes match {wanted!r} in {path}: {ids}{more}; give one of them")
+    return matches[0]
 
 
 def _frame_numbers(rec: Any, ds: Any, n: int) -> list[int]:
@@ -570,6 +658,7 @@ COMMANDS = {
     "sweep": cmd_sweep,
     "audit": cmd_audit,
     "replay": cmd_replay,
+    "cache": cmd_cache,
     "export": cmd_export,
 }
 

@@ -42,7 +42,7 @@ from countgym.secrets import (
     scrub_data,
 )
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION: Literal[2] = 2
 
 INT_MIN, INT_MAX = -(2**63), 2**63 - 1
 """Every integer in a record fits a signed 64-bit column (the audit's tables use int64)."""

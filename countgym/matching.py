@@ -244,7 +244,8 @@ def _matched_count(
 
 
 def match_tags(
-    tags: np.ndarray | list, points: np.ndarray | list, *, tau: float | None = None, tau_scale: float = 1.0
+    tags: np.ndarray | Sequence[Sequence[float]], points: np.ndarray | Sequence[Sequence[float]], *,
+    tau: float | None = None, tau_scale: float = 1.0,
 ) -> Match:
     """Minimum-cost one-to-one assignment of tags to objects, pairs farther than tau forbidden.
 
@@ -300,8 +301,9 @@ def match_counts(
     d = _distances(t, p)
     # The allowed pairs at the largest tau, once; those at a smaller tau are a subset, in the
     # same (row-major) order as ``np.nonzero(d <= tau)`` gives them.
-    all_ri, all_ci = np.nonzero(d <= max(taus)) if taus else (None, None)
-    all_d = d[all_ri, all_ci] if taus else None
+    none = np.empty(0, dtype=np.intp)
+    all_ri, all_ci = np.nonzero(d <= max(taus)) if taus else (none, none)
+    all_d = d[all_ri, all_ci]
     out = []
     for i, tau in enumerate(taus):
         keep = all_d <= tau

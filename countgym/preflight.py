@@ -76,8 +76,10 @@ def check_truth(agent: str, ds: Dataset, stimuli: Sequence[Stimulus]) -> None:
     """A policy that tags the ground-truth points (``needs_points``) needs a dataset with points;
     one that only reads the truth (``uses_truth``) is told, once, that it answers the count."""
     probe = _policy_class(agent)
-    if not getattr(probe, "uses_truth", False):
+    if not getattr(probe, "uses_truth", False) or not getattr(probe, "points_used", True):
         return
+    if all(s.frames for s in stimuli) or all(s.meta.get("kind") in ("factual", "cf") for s in stimuli):
+        return  # the single-step tasks have no points to tag: the count is all there is
     count_only = sum(s.points is None for s in stimuli)
     if not count_only:
         return

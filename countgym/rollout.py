@@ -23,10 +23,11 @@ docs/scale-and-rl.md.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -277,7 +278,7 @@ def rollout(
     if n_episodes < 1:
         raise ValueError(f"n_episodes must be >= 1, got {n_episodes}")
     own = not isinstance(envs, VectorEnv)
-    venv = make_vector_env(envs, asynchronous=asynchronous) if own else envs
+    venv = envs if isinstance(envs, VectorEnv) else make_vector_env(envs, asynchronous=asynchronous)
     try:
         return _Rollout(venv, _Actor(policy), n_episodes, keep_prompts).run(seed)
     finally:
@@ -313,10 +314,10 @@ class _Actor:
         if any(i in self.failed for i in idx):
             ok = [j for j, i in enumerate(idx) if i not in self.failed]
             acted = self.act([idx[j] for j in ok], [observations[j] for j in ok]) if ok else []
-            out = [self.failed.get(i) for i in idx]
+            merged = [self.failed.get(i) for i in idx]
             for j, a in zip(ok, acted, strict=True):
-                out[j] = a
-            return out
+                merged[j] = a
+            return merged
         out: list[Any] = [None] * len(idx)
         if self.single and hasattr(self.policy, "act_batch"):
             return _guard(lambda: list(self.policy.act_batch(observations)), len(idx))
@@ -327,7 +328,7 @@ class _Actor:
             if hasattr(p, "request") and hasattr(p, "record") and hasattr(model, "complete_batch"):
                 groups.setdefault(id(model), []).append(j)
             else:
-                out[j] = _guard(lambda p=p, o=observations[j]: [p.act(o)], 1)[0]
+                out[j] = _guard(functools.partial(_act_one, p, observations[j]), 1)[0]
         for js in groups.values():
             ps = [self.slots[idx[j]] for j in js]
 
@@ -339,6 +340,11 @@ class _Actor:
             for j, a in zip(js, _guard(batch, len(js)), strict=True):
                 out[j] = a
         return out
+
+
+def _act_one(policy: Any, observation: dict[str, Any]) -> list[Any]:
+    """One policy's action, as a one-item batch."""
+    return [policy.act(observation)]
 
 
 def _guard(fn: Callable[[], list[Any]], n: int) -> list[Any]:
@@ -687,7 +693,7 @@ class LogProbPolicy(ChatPolicy):
         super().__init__(model, keep_images=keep_images)  # type: ignore[arg-type]
 
     def act(self, observation: dict[str, Any]) -> Generation:  # type: ignore[override]
-        return self.record(self.model.complete(self.request(observation)))  # type: ignore[arg-type]
+        return cast(Generation, self.record(self.model.complete(self.request(observation))))
 
 
 

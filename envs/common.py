@@ -23,7 +23,9 @@ def resolve_dataset_arg(
     if isinstance(dataset, Dataset):
         return dataset, dataset.name
     if resolve is None:
-        from countgym.scenes import resolve_dataset as resolve
+        from countgym.scenes import resolve_dataset
+
+        resolve = resolve_dataset
     return resolve(str(dataset)), str(dataset)
 
 

@@ -107,7 +107,7 @@ def call_to_action(call: Any) -> dict[str, Any] | str:
         name = fn.get("name") if isinstance(fn, dict) else None
         if not isinstance(name, str) or not name:
             return "tool call without a function name"
-        args = fn.get("arguments")
+        args = fn.get("arguments") if isinstance(fn, dict) else None
         if isinstance(args, str):
             args = json.loads(args) if args.strip() else {}
         if not isinstance(args, dict):

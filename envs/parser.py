@@ -17,7 +17,7 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
@@ -198,7 +198,7 @@ def _from_obj(obj: dict[str, Any], tools: tuple[str, ...], *, salvaged: bool) ->
         if cleaned is None:
             return ParseResult(None, "tag needs a list of [x,y] points")
         pts, out_range, bad = cleaned
-        mode = "replace" if obj.get("mode") == "replace" else "append"
+        mode: Literal["append", "replace"] = "replace" if obj.get("mode") == "replace" else "append"
         return ParseResult(Tag(points=pts, mode=mode), None, out_range, bad, salvaged)
     if tool == "crop":
         box = _clean_box(obj.get("box"))

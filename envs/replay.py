@@ -28,7 +28,7 @@ from countgym.errors import UserError
 from countgym.logs import EpisodeRecord
 from countgym.stimulus import Dataset
 
-PNG_OPTIONS = {"format": "PNG", "compress_level": 6, "optimize": False}
+PNG_OPTIONS: dict[str, Any] = {"format": "PNG", "compress_level": 6, "optimize": False}
 
 
 def episode_task(record: EpisodeRecord) -> str:
@@ -86,7 +86,7 @@ def _replay_image_task(record: EpisodeRecord, dataset: Dataset, stim: Any, k: in
     for step in record.steps[:k]:
         if step.tags_cleared:
             tags = []
-        tags.extend(tuple(p) for p in step.tags_added)
+        tags.extend((p[0], p[1]) for p in step.tags_added)
         pert = step.perturbation or {}
         if pert.get("kind") == "remove" and "index" in pert:
             del tags[int(pert["index"])]
@@ -99,7 +99,8 @@ def _replay_image_task(record: EpisodeRecord, dataset: Dataset, stim: Any, k: in
     numbered = bool(record.env_options.get("numbered", True))
     img = render_working_image(original, tags, erased, grid, numbered=numbered)
     if k > 0 and crop_box is not None:
-        img = crop_view(img, tuple(crop_box))
+        x0, y0, x1, y1 = crop_box
+        img = crop_view(img, (x0, y0, x1, y1))
     return np.asarray(img)
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from gymnasium.vector.utils import (
@@ -99,7 +99,8 @@ class LiveBatch(Sequence[Any]):
             return tuple(self) == tuple(other)
         return NotImplemented
 
-    __hash__ = None  # type: ignore[assignment] - equal to tuples, so not hashable by identity
+    # Equal to tuples, so not hashable by identity.
+    __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         return f"LiveBatch({tuple(self)!r})"
@@ -110,7 +111,8 @@ def register_bytes_space(
 ) -> None:
     """Register shared-memory create/read/write for the space class ``cls``."""
 
-    @create_shared_memory.register(cls)
+    # gymnasium types these dispatchers by the buffers of its own spaces; ours are slots.
+    @cast(Any, create_shared_memory).register(cls)
     def _create(space: Any, n: int = 1, ctx: Any = None) -> _Slots:
         import multiprocessing as mp
 
@@ -118,7 +120,7 @@ def register_bytes_space(
         array = (ctx or mp).Array(ctypes.c_uint8, n * (HEADER_BYTES + cap))
         return _Slots(array, n, cap)
 
-    @read_from_shared_memory.register(cls)
+    @cast(Any, read_from_shared_memory).register(cls)
     def _read(space: Any, shared_memory: _Slots, n: int = 1) -> LiveBatch:
         return LiveBatch(space, shared_memory, decode)
 

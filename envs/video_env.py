@@ -180,7 +180,7 @@ class CountVideoEnv(gym.Env):
 
     def __init__(
         self,
-        dataset: str | Dataset = "countvideo",
+        dataset: str | Dataset = "countvideo:k1",
         *,
         stimulus_ids: Sequence[str] | None = None,
         prompt: Prompt = "P1",
@@ -233,7 +233,7 @@ class CountVideoEnv(gym.Env):
         self._frames = self._load_frames(self.stimulus)
         self._question = self.question(self.stimulus)
         self._steps, self._answer, self._end, self._error = [], None, None, None
-        self._extracted_by: str | None = None
+        self._extracted_by = None
         self._episode = new_episode(seed, options)
         obs = {"frames": self._frames.copy(), "text": self._question}
         return obs, {"prompt": self.prompt, "n_frames": int(self._frames.shape[0])}
@@ -274,6 +274,7 @@ class CountVideoEnv(gym.Env):
         # None values are left out: vector envs type each batched key by its first value.
         info = {k: v for k, v in info.items() if v is not None}
         # A fresh array: callers may keep and modify what reset returned.
+        assert self._frames is not None, "reset() first"
         return {"frames": self._frames.copy(), "text": ""}, reward, terminated, truncated, info
 
     def render(self) -> np.ndarray | None:

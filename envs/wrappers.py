@@ -81,8 +81,8 @@ class EpisodeStats(RecordEpisodeStatistics):
             # fallback for environments without a record.
             if isinstance(record, dict) and "tags" in record:
                 tags = len(record["tags"])
-            elif hasattr(record, "tags"):
-                tags = len(record.tags)
+            elif (record_tags := getattr(record, "tags", None)) is not None:
+                tags = len(record_tags)
             else:
                 tags = self._tags_added
             truth = (info.get("truth") or {}).get("n")

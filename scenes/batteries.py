@@ -23,7 +23,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from countgym.errors import UserError
 from countgym.stimulus import Dataset, Stimulus, write_manifest
@@ -267,7 +267,7 @@ def make_battery(
     out = Path(out)
     (out / "images").mkdir(parents=True, exist_ok=True)
     tasks = [(s, seed, str(out)) for s in specs]
-    bar = {"total": len(tasks), "desc": f"scenes {name}", "enabled": progress}
+    bar: dict[str, Any] = {"total": len(tasks), "desc": f"scenes {name}", "enabled": progress}
     if workers <= 1 or len(tasks) < _POOL_MIN_IMAGES:
         stimuli = list(progress_bar(map(_write_one, tasks), **bar))
     else:
@@ -324,7 +324,7 @@ def _countvideo(per_level: int | None = None) -> Dataset:
 
 def limit_source(name: str, limit: int) -> str:
     """The dataset a cell with ``limit`` stimuli of battery ``name`` reads: for ``countvideo``
-    (2,600 videos built on first use, about an hour) the smallest balanced subset
+    (2,600 videos built on first use, about 25 minutes on 2 cores) the smallest balanced subset
     ``countvideo:kK`` (K videos per cardinality) that holds ``limit``, so a short run builds
     26 K videos, not 2,600; every other name unchanged."""
     if name != "countvideo":
@@ -388,6 +388,40 @@ def resolve_dataset(name_or_path: str | Path) -> Dataset:
 
 
 
+def check_dataset_name(name_or_path: str | Path) -> None:
+    """Refuse a dataset name that no resolver knows, with the resolver's own message and nearest
+    match, without building or reading anything (a cell checks its dataset before its arm)."""
+    from .photos.resolve import _ALIASES
+    from .transforms import split_transform
+
+    text = str(name_or_path)
+    base, kind = split_transform(text)
+    if kind is not None:
+        check_dataset_name(base)
+        return
+    if text in OTHER_BATTERIES or Path(text).expanduser().exists():
+        return
+    if text.startswith("countvideo:k") and text[len("countvideo:k"):].isdigit():
+        return
+    head, colon, subset = text.rpartition(":")
+    if not colon:
+        head, subset = text, ""
+    if head.lower() in _ALIASES or (head and Path(head).expanduser().is_dir()):
+        return
+    if head in BATTERIES:
+        if subset and subset not in SUBSETS:
+            import difflib
+
+            close = difflib.get_close_matches(subset, list(SUBSETS), n=1)
+            hint = f" (did you mean {head}:{close[0]}?)" if close else ""
+            raise UserError(f"unknown subset {subset!r} in {text!r}; valid names: {dataset_names()}{hint}")
+        return
+    raise UserError(
+        f"unknown dataset {text!r}: give a folder with manifest.jsonl or one of "
+        f"{dataset_names()}{_did_you_mean(head)}"
+    )
+
+
 def dataset_names(*, subsets: bool = True) -> str:
     """Every dataset name the resolver knows, for error messages and help: the generated
     batteries of all three studies, the photo sets, and (``subsets``) their named subsets and
@@ -430,6 +464,7 @@ __all__ = [
     "Subset",
     "SubsetDataset",
     "battery_specs",
+    "check_dataset_name",
     "cache_root",
     "cached_battery",
     "factor_specs",

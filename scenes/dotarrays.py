@@ -230,9 +230,13 @@ def clustered_centres(
         if centres is None:
             continue
         labels = rng.permutation(np.arange(n) % k)
+
+        def near_centre(i: int, c: np.ndarray = centres, lab: np.ndarray = labels) -> np.ndarray:
+            return c[lab[i]] + rng.normal(0.0, sigma, size=(_BATCH, 2))
+
         pts = place_sequential(
             n,
-            lambda i, c=centres, lab=labels: c[lab[i]] + rng.normal(0.0, sigma, size=(_BATCH, 2)),
+            near_centre,
             min_dist=2 * radius + min_gap,
             lo=lo,
             hi=hi,
@@ -307,12 +311,12 @@ def _row_major(
     """``count`` lattice positions filled row by row; a short last row is centred on whole
     cells so every position stays on the lattice."""
     rows = math.ceil(count / cols)
-    out = []
+    out: list[tuple[float, float]] = []
     for r in range(rows):
         k = min(cols, count - r * cols)
         offset = (cols - k) // 2 + (0.5 if stagger and r % 2 else 0.0)
         out.extend((offset + j, r * row_height) for j in range(k))
-    return np.asarray(out, dtype=float).reshape(-1, 2)
+    return np.asarray(out, dtype=np.float64).reshape(-1, 2)
 
 
 def _centre(units: np.ndarray) -> np.ndarray:

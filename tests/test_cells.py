@@ -58,7 +58,7 @@ def test_naming_the_env_or_its_dataset_is_the_same_cell(tiny_countercount: Path)
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["--agent", "oracle"], "'oracle' runs on the image task, but countgym/CounterCount-v0 is the countercount task"),
+        (["--agent", "blob-counter"], "'blob-counter' runs on the image task, but countgym/CounterCount-v0 is the countercount task"),
         (["--agent", "any_task_policy:VideoOnly"], "runs on the video task"),
         (["--agent", "video-p1", "--model", "openai/x"], "runs on the video task"),
     ],

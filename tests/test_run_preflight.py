@@ -207,5 +207,5 @@ def test_video_dataset_with_an_image_agent_is_one_line(tmp_path: Path, capsys: p
     (root / "manifest.jsonl").write_text(
         json.dumps({"id": "v", "n": 2, "obj": "cubes", "obj_sing": "cube", "frames": ["frames/f0.jpg"]}) + "\n"
     )
-    assert main(["run", "--data", str(root), "--agent", "oracle", "--out", str(tmp_path / "r"), "--no-progress"]) == 2
+    assert main(["run", "--data", str(root), "--agent", "blob-counter", "--out", str(tmp_path / "r"), "--no-progress"]) == 2
     assert "runs on the image task" in _one_line_error(capsys) and not (tmp_path / "r").exists()

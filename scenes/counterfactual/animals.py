@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 
+from shapely.geometry.base import BaseGeometry
+
 from .draw import RGB, Scene
 from .geometry import (
     arc_points,
@@ -61,7 +63,7 @@ def side_legs(sc: Scene, n: int, fronts: tuple[float, float], top: float, bottom
             legs.append((cx + gap * (j - (k - 1) / 2.0), j % 2 == 1))
     for i, (x, far) in enumerate(legs):
         col = shade(colour, 0.8) if far else colour
-        geom = capsule([(x, top), (x + (3 if far else 0), bottom - width / 2)], width)
+        geom: BaseGeometry = capsule([(x, top), (x + (3 if far else 0), bottom - width / 2)], width)
         if paw is not None:
             geom = union(geom, ellipse(x + 6, bottom - width * 0.3, width * 0.62, width * 0.32))
         sc.attr(geom, col, OUTLINE, LINE, i)
@@ -377,7 +379,7 @@ def unicorn(n: int, p: Palette) -> Scene:
     sc = backdrop(p["sky"], p["ground"], 340)
     shadow(sc, 225, 400, 150, p["ground"])
     col = p["coat"]
-    for x, far in ((300, True), (288, False), (160, True), (146, False)):
+    for x, far in ((300.0, True), (288.0, False), (160.0, True), (146.0, False)):
         c = shade(col, 0.85) if far else col
         sc.add(capsule([(x, 260), (x + (3 if far else 0), 378)], 20), c, OUTLINE, LINE)
         sc.add(rect(x - 12 + (3 if far else 0), 378, x + 12 + (3 if far else 0), 396, 3), p["hoof"], OUTLINE, 2)

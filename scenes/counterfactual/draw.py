@@ -11,7 +11,7 @@ pixels can only differ where an attribute part is, or was, visible.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -162,5 +162,5 @@ def _paint(img: Image.Image, geom: BaseGeometry, colour: RGB | int, scale: float
         img.paste(colour, (bx0, by0, bx1, by1), mask)
 
 
-def _ring(coords: Sequence[tuple[float, ...]], ox: int, oy: int) -> list[tuple[float, float]]:
+def _ring(coords: Iterable[tuple[float, ...]], ox: int, oy: int) -> list[tuple[float, float]]:
     return [(x - ox, y - oy) for x, y, *_ in coords]

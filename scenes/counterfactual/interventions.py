@@ -74,5 +74,5 @@ def load_mask(path: str, size: tuple[int, int] | None = None) -> np.ndarray:
         check_image_size(im, path)
         m = im.convert("L")
         if size is not None and m.size != tuple(size):
-            m = m.resize(tuple(size), Image.Resampling.NEAREST)
+            m = m.resize((int(size[0]), int(size[1])), Image.Resampling.NEAREST)
         return np.asarray(m) > 127

@@ -243,9 +243,9 @@ CAR_WHEELS: tuple[tuple[float, float], ...] = (
 def car(n: int, p: Palette) -> Scene:
     """A car seen from above, driving up the road; attribute: wheels (4)."""
     sc = backdrop(p["road"])
-    for y in range(-10, 480, 80):
-        sc.add(rect(62, y, 72, y + 44), (240, 240, 230), role="background")
-        sc.add(rect(408, y, 418, y + 44), (240, 240, 230), role="background")
+    for lane_y in range(-10, 480, 80):
+        sc.add(rect(62, lane_y, 72, lane_y + 44), (240, 240, 230), role="background")
+        sc.add(rect(408, lane_y, 418, lane_y + 44), (240, 240, 230), role="background")
     for i, (x, y) in enumerate(CAR_WHEELS[:n]):
         sc.attr(rect(x - 22, y - 36, x + 22, y + 36, 10), (35, 35, 38), OUTLINE, 2, i)
         sc.attr(rect(x - 14, y - 28, x + 14, y + 28, 6), (70, 70, 76), None, 0, i)

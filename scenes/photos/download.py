@@ -31,7 +31,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,7 +84,7 @@ class _HttpOnlyRedirects(urllib.request.HTTPRedirectHandler):
     """Follows redirects only to http(s): urllib's own handler also follows ``ftp://``, which the
     listed URLs are refused for."""
 
-    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]  # noqa: ANN001, ANN201
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001, ANN201
         scheme = urllib.parse.urlsplit(newurl).scheme.lower()
         if scheme not in ALLOWED_SCHEMES:
             raise RejectedImage(f"redirected to a {scheme or 'schemeless'} URL (only http(s) is fetched)")
@@ -134,7 +134,7 @@ def _watched(base: type[http.client.HTTPConnection], dog: _Watchdog) -> type[htt
     class Watched(base):  # type: ignore[valid-type, misc]
         def __init__(self, *args: object, **kwargs: object) -> None:
             super().__init__(*args, **kwargs)
-            create = self._create_connection
+            create: Callable[..., socket.socket] = getattr(self, "_create_connection")  # noqa: B009
 
             def create_watched(*a: object, **k: object) -> socket.socket:
                 sock = create(*a, **k)

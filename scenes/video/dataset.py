@@ -233,6 +233,16 @@ def _save(img: np.ndarray, path: Path, fmt: str) -> None:
 # --------------------------------------------------------------------------- cache
 
 
+def _build_tip(per_level: int | None) -> str:
+    """The end of a build's opening line: where the smaller set is, or the full battery, in
+    both the command line's and Python's syntax."""
+    if per_level is None or per_level > 1:
+        return (f"for a quick look use {BATTERY}:k1 (one video per cardinality, 26 videos): "
+                f"--data {BATTERY}:k1, or gym.make(\"countgym/CountVideo-v0\") (its default)")
+    return (f"the full battery (2,600 videos): --data {BATTERY}, or "
+            f"gym.make(\"countgym/CountVideo-v0\", dataset=\"{BATTERY}\")")
+
+
 def cached_countvideo(
     *,
     per_level: int | None = None,
@@ -262,9 +272,5 @@ def cached_countvideo(
         ),
         items=len(select_specs(per_level, None)),
         seconds_per_item=BUILD_SECONDS_PER_VIDEO * (w * h) / (1920 * 1080),
-        tip=(
-            f"for a quick look use --data {BATTERY}:k1 (one video per cardinality, 26 videos)"
-            if per_level is None or per_level > 1
-            else None
-        ),
+        tip=_build_tip(per_level),
     )

@@ -298,7 +298,8 @@ class SceneGeometry:
         rz = [
             math.radians(self.pose.azimuth_deg + a) + math.pi / 2 for a in self.azimuth_offsets_deg
         ]
-        return auto_clamped(KEYFRAMES, rx), auto_clamped(KEYFRAMES, rz)
+        keys = [float(k) for k in KEYFRAMES]
+        return auto_clamped(keys, rx), auto_clamped(keys, rz)
 
     def euler(self, frames: Any) -> np.ndarray:
         """(len(frames), 2) camera Euler X and Z (radians) at the given frames."""
