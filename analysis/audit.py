@@ -442,9 +442,9 @@ def audit_episodes(
         cols["arm"] = [labels[c] for c in cell_of_row]
     model_names = model_cells.labels()
     cols["model"] = [model_names[c] for c in model_of_row]
-    for ds, k in lookup.missing.items():
+    for ds, n_missing in lookup.missing.items():
         warnings.warn(
-            f"{k} stimulus ids not found in dataset {ds!r}; those episodes get no audit",
+            f"{n_missing} stimulus ids not found in dataset {ds!r}; those episodes get no audit",
             stacklevel=2,
         )
     if mismatched:
