@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, ValidationError,
 from pydantic_core import PydanticSerializationError, SchemaValidator
 
 from countgym.secrets import (
+    is_secret_name,
     known_secrets,
     may_hold_secret,
     redact_url,
@@ -56,15 +57,6 @@ ExtractedBy = Literal["rule", "parser", "judge", "typed", "none"]
 def utcnow() -> str:
     """Current UTC time as an ISO-8601 string."""
     return datetime.now(UTC).isoformat(timespec="milliseconds")
-
-
-_SECRET_NAMES = ("api_key", "apikey", "secret", "password", "authorization", "access_token", "bearer")
-
-
-def is_secret_name(name: Any) -> bool:
-    """True for an option name that holds a credential (``api_key``, ``password``, ``*_key``)."""
-    low = str(name).lower()
-    return any(s in low for s in _SECRET_NAMES) or low.endswith("_key")
 
 
 def redact(options: dict[str, Any]) -> dict[str, Any]:
