@@ -50,6 +50,7 @@ from typing import Any
 from countgym.agents.backends.base import BaseChatModel, Message, png_data_url
 from countgym.agents.backends.litellm_import import load_litellm as _litellm
 from countgym.agents.backends.openai_direct import (
+    BODY_LIMIT,
     MAX_BODY_BYTES,
     DirectTransport,
     bounded_transport,
@@ -313,7 +314,8 @@ class LiteLLMBackend(BaseChatModel):
         whose ``Retry-After`` asks for a wait beyond this call's budget (``max_total_wait_s``, and
         the whole episode deadline): the cell stops and its episodes stay unlogged, to resume."""
         status = getattr(e, "status_code", None)
-        spent = status == 429 and "insufficient_quota" in error.lower()
+        # litellm keeps the provider's error code in ``body``, the direct transport in the message.
+        spent = status == 429 and "insufficient_quota" in f"{error} {str(getattr(e, 'body', ''))[:2000]}".lower()
         budget = self.max_total_wait_s
         if self.episode_timeout_s is not None:
             budget = min(budget, self.episode_timeout_s)
@@ -367,8 +369,8 @@ class LiteLLMBackend(BaseChatModel):
             kwargs = self._kwargs(wire, budget_s)
             if tools:
                 kwargs["tools"] = tools
-            _bound_litellm_bodies(self.max_body_bytes)
-            coro = asyncio.wait_for(_litellm().acompletion(**kwargs), budget_s)
+            _bound_litellm_bodies()
+            coro = asyncio.wait_for(_with_body_limit(_litellm().acompletion(**kwargs), self.max_body_bytes), budget_s)
         future = asyncio.run_coroutine_threadsafe(coro, _event_loop())
         try:
             return future.result(timeout=budget_s + _CANCEL_GRACE_S)
@@ -641,22 +643,28 @@ def _key_var(model: str) -> str | None:
 _SESSION: dict[str, Any] = {}
 
 
-def _bound_litellm_bodies(max_body_bytes: int) -> None:
+def _bound_litellm_bodies() -> None:
     """Give litellm's OpenAI-compatible clients a bounded body reader (``litellm.aclient_session``)
-    unless the user set a session of their own; one per process (a forked child makes its own)."""
+    unless the user set a session of their own; one per process (a forked child makes its own).
+    Each call's bound travels with its task (``BODY_LIMIT``, set by ``_with_body_limit``)."""
     litellm = _litellm()
     current = getattr(litellm, "aclient_session", None)
     mine = _SESSION.get("client")
     if current is not None and current is not mine:
         return  # the user's own session: left alone
-    if mine is not None and _SESSION.get("pid") == os.getpid() and _SESSION.get("limit") == max_body_bytes:
+    if mine is not None and _SESSION.get("pid") == os.getpid():
         return
     import httpx
 
-    client = httpx.AsyncClient(transport=bounded_transport(httpx.AsyncHTTPTransport(), max_body_bytes),
-                               timeout=httpx.Timeout(None))
-    _SESSION.update(client=client, pid=os.getpid(), limit=max_body_bytes)
+    client = httpx.AsyncClient(transport=bounded_transport(httpx.AsyncHTTPTransport()), timeout=httpx.Timeout(None))
+    _SESSION.update(client=client, pid=os.getpid())
     litellm.aclient_session = client
+
+
+async def _with_body_limit(coro: Any, limit: int) -> Any:
+    """Await ``coro`` with ``BODY_LIMIT`` set for the HTTP reads it makes (its own task's context)."""
+    BODY_LIMIT.set(limit)
+    return await coro
 
 
 def _tool_calls_of(msg: Any) -> list[dict[str, Any]] | None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import zlib
+from contextvars import ContextVar
 from types import SimpleNamespace
 from typing import Any
 
@@ -32,6 +33,9 @@ from countgym.secrets import scrub_text, strip_userinfo
 MAX_BODY_BYTES = 32 * 1024 * 1024
 """Default bound on a response body, on the wire and once decompressed (a chat reply with a
 65,536-character answer and usage is well under 1 MB; images never come back)."""
+BODY_LIMIT: ContextVar[int | None] = ContextVar("countgym_body_limit", default=None)
+"""The body bound of the call in progress, for a ``bounded_transport`` shared by several backends
+(litellm's session): set around each call, read by the transport."""
 MAX_ERROR_MESSAGE_CHARS = 300
 """Characters of a provider's error message kept (after masking) in an error text."""
 
@@ -190,14 +194,16 @@ def error_in_body(status: int, body: bytes) -> bool:
     return isinstance(data, dict) and data.get("error") not in (None, "", {}) and not data.get("choices")
 
 
-def bounded_transport(inner: Any, max_body_bytes: int = MAX_BODY_BYTES) -> Any:
+def bounded_transport(inner: Any, max_body_bytes: int | None = None) -> Any:
     """An ``httpx.AsyncBaseTransport`` around ``inner`` that reads each body within
     ``max_body_bytes`` (raw and decoded; the response it returns is already decoded) and turns
-    an error object inside a 2xx body into a 502."""
+    an error object inside a 2xx body into a 502. Without ``max_body_bytes`` the bound is the
+    calling task's ``BODY_LIMIT`` (else ``MAX_BODY_BYTES``)."""
     import httpx
 
     class BoundedTransport(httpx.AsyncBaseTransport):
         async def handle_async_request(self, request: Any) -> Any:
+            limit = max_body_bytes or BODY_LIMIT.get() or MAX_BODY_BYTES
             request.headers["Accept-Encoding"] = "gzip, deflate"  # the codings decoded here, bounded
             response = await inner.handle_async_request(request)
             chunks: list[bytes] = []
@@ -205,12 +211,12 @@ def bounded_transport(inner: Any, max_body_bytes: int = MAX_BODY_BYTES) -> Any:
             try:
                 async for chunk in response.stream:
                     size += len(chunk)
-                    if size > max_body_bytes:
-                        raise ReplyTooLarge(f"reply body larger than {max_body_bytes} bytes")
+                    if size > limit:
+                        raise ReplyTooLarge(f"reply body larger than {limit} bytes")
                     chunks.append(chunk)
             finally:
                 await response.aclose()
-            body = _decode_bounded(b"".join(chunks), response.headers.get("content-encoding", ""), max_body_bytes)
+            body = _decode_bounded(b"".join(chunks), response.headers.get("content-encoding", ""), limit)
             status = 502 if error_in_body(response.status_code, body) else response.status_code
             headers = [(k, v) for k, v in response.headers.multi_items()
                        if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")]
