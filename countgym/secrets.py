@@ -25,6 +25,8 @@ import threading
 from typing import Any
 
 MASK = "***"
+REDACTED = "<redacted>"
+"""What a credential-named option's value is replaced with (never itself taken for a secret)."""
 MIN_SECRET_CHARS = 8
 _ENV_NAME_RE = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)
 # scheme://userinfo@ : userinfo is everything up to the first '@' before the host's '/', '?' or '#'.
@@ -57,7 +59,7 @@ _lock = threading.Lock()
 
 def register_secret(value: Any) -> None:
     """Remember a credential so that it is scrubbed from everything written from now on."""
-    if isinstance(value, str) and len(value) >= MIN_SECRET_CHARS:
+    if isinstance(value, str) and len(value) >= MIN_SECRET_CHARS and value != REDACTED and MASK not in value:
         with _lock:
             _registered.add(value)
 
