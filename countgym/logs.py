@@ -498,7 +498,7 @@ def _current_json_validator(cls: type[EpisodeRecord]) -> Callable[[str], Episode
 
 def _read_line(line: str, exact_text: bool, secrets: Any) -> tuple[EpisodeRecord | None, str, bool]:
     """(record, "", False) for a valid line, else (None, why, whether it is a newer schema)."""
-    if "\\ud" not in line and "\\uD" not in line and not may_hold_secret(line, secrets):
+    if "\\ud" not in line and "\\uD" not in line and not may_hold_secret(line, secrets, quick=True):
         # Fast path: pydantic parses and validates the line in one go. Its JSON reader gives
         # the same values as ``json.loads`` followed by ``model_validate`` (last duplicate key
         # wins, NaN and the digit limit alike); whatever it refuses (bad JSON, deep nesting, a

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,13 @@ pytest.importorskip("litellm")
 from countgym.cli import main  # noqa: E402
 from countgym.logs import read_records, redact  # noqa: E402
 from countgym.runner import CellSpec, run_cell  # noqa: E402
-from countgym.secrets import is_secret_name, redact_url, register_url_secrets, scrub_text  # noqa: E402
+from countgym.secrets import (  # noqa: E402
+    is_secret_name,
+    may_hold_secret,
+    redact_url,
+    register_url_secrets,
+    scrub_text,
+)
 from tests.hostile_server import HostileServer, chat  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*ReadOnly.*:UserWarning", "ignore:.*user.password.*:UserWarning")
@@ -190,3 +197,13 @@ def test_the_audit_sends_no_key_to_an_endpoint_a_log_names(
     for args in (["--judge", "same", "--judge-option", "api_key=x"], ["--judge", "same", "--judge-option", "api_base="]):
         assert main(["audit", str(tmp_path / "runs"), "--out", str(tmp_path / "d"), *args]) == 2
         assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("text", ["a." * 40_000, "~" * 80_000, "a:" * 40_000, "x:" + "b" * 80_000, "api-key:" + " " * 80_000,
+                                  "bearer " * 12_000, "?key=" * 16_000, "http://" * 12_000 + "@", "a:b@" * 20_000])
+def test_masking_takes_linear_time_on_long_hostile_text(text: str) -> None:
+    start = time.perf_counter()
+    scrub_text(text, [])
+    may_hold_secret(text, [])
+    may_hold_secret(text, [], quick=True)
+    assert time.perf_counter() - start < 1.0
