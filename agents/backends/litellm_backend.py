@@ -191,6 +191,8 @@ class LiteLLMBackend(BaseChatModel):
             raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
         if not timeout_s > 0 or (episode_timeout_s is not None and not episode_timeout_s > 0):
             raise ValueError(f"timeout_s and episode_timeout_s must be > 0, got {timeout_s}, {episode_timeout_s}")
+        if not isinstance(url_basic_auth, bool):
+            raise ValueError(f"url_basic_auth must be true or false, got {url_basic_auth!r}")
         if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int) or max_body_bytes < 1024:
             raise ValueError(f"max_body_bytes must be an integer >= 1024, got {max_body_bytes!r}")
         register_secret(api_key)
