@@ -62,7 +62,13 @@ from countgym.envs.actions import Reply
 from countgym.envs.common import REPLY_LIMIT
 from countgym.errors import TRANSIENT_MARK, MissingExtraError, ProviderQuotaError
 from countgym.logs import Usage
-from countgym.secrets import redact_url, register_secret, register_url_secrets, scrub_text, strip_userinfo
+from countgym.secrets import (
+    redact_url,
+    register_secret,
+    register_url_secrets,
+    scrub_text,
+    strip_userinfo,
+)
 
 _LOOP: asyncio.AbstractEventLoop | None = None
 _LOOP_PID = 0
