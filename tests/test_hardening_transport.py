@@ -191,10 +191,15 @@ def test_native_tool_call_arguments_are_capped_like_text() -> None:
             reply = be.complete([message("user", text_part("tag"))], tools=[{"type": "function", "function": {
                 "name": "mark", "parameters": {"type": "object", "properties": {}}}}])
             assert reply.error is None and reply.tool_calls is not None, transport
-            assert len(reply.tool_calls) == MAX_TOOL_CALLS
-            assert all(len(c["function"]["arguments"]) == REPLY_LIMIT for c in reply.tool_calls)
+            assert [len(c["function"]["arguments"]) for c in reply.tool_calls] == [REPLY_LIMIT]
             assert all(len(c["function"]["name"]) <= 256 for c in reply.tool_calls)
-            assert len(json.dumps(reply.tool_calls)) < MAX_TOOL_CALLS * (REPLY_LIMIT + 1024)
+    small = [{"id": f"c{i}", "type": "function", "function": {"name": "mark", "arguments": '{"x": 1, "y": 2}'}}
+             for i in range(MAX_TOOL_CALLS + 20)]
+    with HostileServer({"many": (200, {}, chat("", tool_calls=small))}) as srv:
+        for transport in TRANSPORTS:
+            reply = _backend(srv.url("many"), transport).complete([message("user", text_part("tag"))])
+            assert reply.tool_calls is not None and len(reply.tool_calls) == MAX_TOOL_CALLS, transport
+            assert all(json.loads(c["function"]["arguments"]) == {"x": 1, "y": 2} for c in reply.tool_calls)
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

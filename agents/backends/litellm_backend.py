@@ -26,7 +26,7 @@ bounded: the direct transport reads them within ``max_body_bytes`` (raw and deco
 litellm transport gets the same bound for OpenAI-compatible and Azure providers through
 ``litellm.aclient_session`` (when the user set none); other litellm providers read bodies with
 litellm's own clients, bounded in time by the attempt deadline but not in size. Native tool
-calls are capped (``MAX_TOOL_CALLS`` calls, ``REPLY_LIMIT`` characters of arguments each).
+calls are capped (``MAX_TOOL_CALLS`` calls sharing ``REPLY_LIMIT`` characters of arguments).
 """
 
 from __future__ import annotations
@@ -82,7 +82,9 @@ RETRY_AFTER_CAP_S = 365 * 86400.0
 """Longest wait a ``Retry-After`` may ask for, as read: larger, infinite or far-future values are
 clamped to it (and, being beyond any run's budget, stop the cell)."""
 MAX_TOOL_CALLS = 64
-"""Native tool calls kept from one reply (the rest are dropped, like text past ``REPLY_LIMIT``)."""
+"""Native tool calls kept from one reply (the rest are dropped, like text past ``REPLY_LIMIT``).
+Their arguments share one ``REPLY_LIMIT`` of characters: a reply's calls weigh no more in the log
+than its text may."""
 MAX_TOOL_NAME_CHARS = 256
 # Errors that say no key was given at all (providers word it in many ways).
 _MISSING_KEY_RE = re.compile(
@@ -681,7 +683,10 @@ def _tool_calls_of(msg: Any) -> list[dict[str, Any]] | None:
     if not isinstance(calls, list | tuple):
         return None
     out: list[dict[str, Any]] = []
+    room = REPLY_LIMIT
     for c in calls[:MAX_TOOL_CALLS]:
+        if room <= 0:
+            break
         fn = getattr(c, "function", None)
         if fn is None and isinstance(c, dict):
             fn = c.get("function")
@@ -697,9 +702,10 @@ def _tool_calls_of(msg: Any) -> list[dict[str, Any]] | None:
             "function": {
                 "name": (str(get(fn, "name") or "") if fn is not None else "")[:MAX_TOOL_NAME_CHARS],
                 # Capped like a text reply; cut arguments are no longer JSON, so the call is invalid.
-                "arguments": text[:REPLY_LIMIT],
+                "arguments": text[:room],
             },
         })
+        room -= len(text)
     return out or None
 
 
