@@ -128,8 +128,9 @@ def test_url_userinfo_is_not_sent_as_basic_auth_unless_asked(tiny_dataset, tmp_p
     assert URL_PW not in text and basic not in text
 
 
+@pytest.mark.parametrize("transport", ["direct", "litellm"])
 def test_credentials_in_query_strings_headers_and_bare_userinfo_are_never_written(
-    tiny_dataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tiny_dataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], transport: str
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", ENV_KEY)
 
@@ -143,6 +144,7 @@ def test_credentials_in_query_strings_headers_and_bare_userinfo_are_never_writte
             argv = ["run", "--data", str(tiny_dataset.root), "--agent", "direct", "--model", "openai/blob",
                     "--out", str(tmp_path / case), "--no-progress", "--limit", "1",
                     "--agent-option", f"api_base={url}", "--agent-option", "max_attempts=1",
+                    "--agent-option", f"transport={transport}",
                     "--agent-option", "extra_params=" + json.dumps({"extra_headers": HDR_KEYS,
                                                                     "user": f"u:{BARE_PW}@mirror.local"})]
             main(argv)
