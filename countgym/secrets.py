@@ -69,6 +69,8 @@ def has_shape(text: str) -> bool:
     """Could ``mask_shapes`` change ``text``? (Literal pre-checks first, then the patterns.)"""
     low = text.lower()
     return any(gate(text, low) and pat.search(text) for pat, gate in _GATED)
+
+
 _registered: set[str] = set()
 _lock = threading.Lock()
 
@@ -99,15 +101,17 @@ def register_url_secrets(url: Any) -> None:
 
 
 _SECRET_NAME_PARTS = ("api_key", "apikey", "secret", "password", "passwd", "authorization", "access_token",
-                      "bearer", "subscription_key", "credential", "cookie", "auth_token", "session_token")
+                      "bearer", "subscription_key", "credential", "cookie", "auth_token", "session_token",
+                      "refresh_token", "id_token", "api_token")
 
 
 def is_secret_name(name: Any) -> bool:
     """True for an option or header name that holds a credential (``api_key``, ``password``,
-    ``*_key``, ``*_token``; header spellings too: ``api-key``, ``x-api-key``,
-    ``Ocp-Apim-Subscription-Key``, ``Authorization``)."""
+    ``*_key``, ``access_token``; header spellings too: ``api-key``, ``x-api-key``,
+    ``Ocp-Apim-Subscription-Key``, ``Authorization``). Not ``*_per_token`` prices or a
+    tokenizer's ``pad_token``."""
     low = str(name).lower().replace("-", "_")
-    return (any(s in low for s in _SECRET_NAME_PARTS) or low.endswith(("_key", "_token"))
+    return (any(s in low for s in _SECRET_NAME_PARTS) or low.endswith("_key")
             or low in ("key", "token", "auth", "sig", "signature"))
 
 

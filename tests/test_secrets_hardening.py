@@ -62,7 +62,8 @@ def test_shapes_are_masked_without_being_registered() -> None:
     assert redact_url("https://u:p@h/v1?key=K1&x=2") == "https://***@h/v1?key=***&x=2"
     for name in ("api-key", "Ocp-Apim-Subscription-Key", "x-api-key", "Authorization", "X-Goog-Api-Key", "token"):
         assert is_secret_name(name), name
-    for name in ("max_tokens", "temperature", "budget_tokens", "reasoning_effort", "api_base"):
+    for name in ("max_tokens", "temperature", "budget_tokens", "reasoning_effort", "api_base", "input_cost_per_token",
+                 "output_cost_per_token", "pad_token"):
         assert not is_secret_name(name), name
 
 
