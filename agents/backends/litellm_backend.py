@@ -666,7 +666,14 @@ def _bound_litellm_bodies() -> None:
         return
     import httpx
 
-    client = httpx.AsyncClient(transport=bounded_transport(httpx.AsyncHTTPTransport()), timeout=httpx.Timeout(None))
+    try:  # litellm's own certificate settings (SSL_VERIFY, SSL_CERT_FILE, litellm.ssl_verify)
+        from litellm.llms.custom_httpx.http_handler import get_ssl_configuration
+
+        verify: Any = get_ssl_configuration()
+    except Exception:  # noqa: BLE001 - another litellm version: httpx's defaults
+        verify = True
+    inner = httpx.AsyncHTTPTransport(verify=verify)
+    client = httpx.AsyncClient(transport=bounded_transport(inner), timeout=httpx.Timeout(None))
     _SESSION.update(client=client, pid=os.getpid())
     litellm.aclient_session = client
 
