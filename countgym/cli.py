@@ -209,12 +209,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="episodes in the report's trajectory viewer (0: no viewer; default 40)")
     a.add_argument("--resamples", type=_positive_int, default=2000, help="bootstrap resamples (default 2000)")
     a.add_argument("--judge", default=None, metavar="MODEL",
-                   help="judge replies with several numbers with this model instead of the run's own "
-                        "model (the paper's default); cached")
+                   help="judge CounterCount replies with several numbers with this model, or 'same' for "
+                        "each run's own model (the paper's setting) at the endpoint you name with "
+                        "--judge-option api_base=URL; cached. Default: no model calls (an endpoint named "
+                        "in a log never receives your key)")
     a.add_argument("--judge-option", action="append", default=[], metavar="KEY=VALUE",
                    help="backend option for the judge (repeatable), e.g. api_base=...")
     a.add_argument("--no-judge", action="store_true",
-                   help="leave replies with several numbers unresolved (no judge calls)")
+                   help="leave replies with several numbers unresolved (no judge calls; the default)")
     a.add_argument("--parser", default=None, metavar="MODEL",
                    help="resolve video replies the rules leave without a count with this model "
                         "parser (the paper uses Qwen2.5-7B); cached")
@@ -398,6 +400,28 @@ def failure_summary(res: Any) -> str:
     return _scrub(f"all {res.ran} episodes ended in error (first: {first}); they are recorded in {res.log}")
 
 
+def same_model_judge(make: Any, options: dict[str, Any]) -> Any:
+    """``judge_backend`` for ``--judge same``: each run's own model, at the endpoint the auditor
+    names (``--judge-option api_base=URL``), never at the one its log names. A record whose log
+    names an endpoint is left unresolved (with a note) unless the auditor named one."""
+    unknown = sorted(set(options) - {"api_base"})
+    if unknown:
+        raise UserError(f"--judge same takes only --judge-option api_base=URL, got {', '.join(unknown)}")
+    api_base = options.get("api_base")
+    if api_base is not None and (not isinstance(api_base, str) or not api_base.strip()):
+        raise UserError(f"--judge-option api_base must be a URL, got {api_base!r}")
+
+    def build(model: str, log_api_base: str | None) -> Any:
+        if make is None:
+            raise UserError("no backend builds the run's own model")
+        if api_base is None and log_api_base:
+            raise UserError("its log names an endpoint; name one yourself with --judge-option api_base=URL "
+                            "(an endpoint from a log never receives your key)")
+        return make(model, api_base)
+
+    return build
+
+
 def cmd_audit(args: argparse.Namespace) -> int:
     from countgym.analysis.tables import write_audit_files
     from countgym.analysis.viewer import ViewerOptions
@@ -416,8 +440,14 @@ def cmd_audit(args: argparse.Namespace) -> int:
         raise UserError("--judge-option needs --judge MODEL (the default judge is the run's own model)")
     if args.parser_option and not args.parser:
         raise UserError("--parser-option needs --parser MODEL")
-    judge: Any = None if args.no_judge else SAME_MODEL
-    if args.judge:
+    # No model is called unless the auditor asks, and never at an endpoint a log names: a shared
+    # run folder must not be able to collect the auditor's key (``same_model_judge``).
+    judge: Any = None
+    hooks = audit_hooks()
+    if args.judge == SAME_MODEL:
+        judge = SAME_MODEL
+        hooks = {**hooks, "judge_backend": same_model_judge(hooks.get("judge_backend"), _parse_kv(args.judge_option))}
+    elif args.judge:
         judge = make_backend(args.judge, **_parse_kv(args.judge_option))
     parser = make_backend(args.parser, **_parse_kv(args.parser_option)) if args.parser else None
     files = write_audit_files(
@@ -425,7 +455,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
         Path(args.out),
         judge=judge,
         parser=parser,
-        **audit_hooks(),
+        **hooks,
         warn=lambda line: print(f"warning: {line}", file=sys.stderr),
         n_resamples=args.resamples,
         report=True,

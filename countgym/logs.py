@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, ValidationError,
 from pydantic_core import PydanticSerializationError, SchemaValidator
 
 from countgym.secrets import (
+    is_secret_name,
     known_secrets,
     may_hold_secret,
     redact_url,
@@ -56,15 +57,6 @@ ExtractedBy = Literal["rule", "parser", "judge", "typed", "none"]
 def utcnow() -> str:
     """Current UTC time as an ISO-8601 string."""
     return datetime.now(UTC).isoformat(timespec="milliseconds")
-
-
-_SECRET_NAMES = ("api_key", "apikey", "secret", "password", "authorization", "access_token", "bearer")
-
-
-def is_secret_name(name: Any) -> bool:
-    """True for an option name that holds a credential (``api_key``, ``password``, ``*_key``)."""
-    low = str(name).lower()
-    return any(s in low for s in _SECRET_NAMES) or low.endswith("_key")
 
 
 def redact(options: dict[str, Any]) -> dict[str, Any]:
@@ -523,7 +515,7 @@ def _current_json_validator(cls: type[EpisodeRecord]) -> Callable[[str], Episode
 
 def _read_line(line: str, exact_text: bool, secrets: Any) -> tuple[EpisodeRecord | None, str, bool]:
     """(record, "", False) for a valid line, else (None, why, whether it is a newer schema)."""
-    if "\\ud" not in line and "\\uD" not in line and not may_hold_secret(line, secrets):
+    if "\\ud" not in line and "\\uD" not in line and not may_hold_secret(line, secrets, quick=True):
         # Fast path: pydantic parses and validates the line in one go. Its JSON reader gives
         # the same values as ``json.loads`` followed by ``model_validate`` (last duplicate key
         # wins, NaN and the digit limit alike); whatever it refuses (bad JSON, deep nesting, a

@@ -1,6 +1,7 @@
 """Model-assisted extraction at audit time, through the CLI and the local test server:
-the CountVideoBench parser (``--parser``) and the CounterCount judge (by default the run's own
-model, ``--judge`` overrides, ``--no-judge`` disables), cached and recorded per episode."""
+the CountVideoBench parser (``--parser``) and the CounterCount judge (``--judge same``: the run's
+own model at an endpoint the auditor names; ``--judge MODEL``: another model; by default no model
+is called), cached and recorded per episode."""
 
 from __future__ import annotations
 
@@ -82,7 +83,7 @@ def test_video_parser_resolves_what_the_rules_leave_and_is_cached(
         assert srv.request_count == 3  # the second audit read the cache
 
 
-def test_countercount_judge_defaults_to_the_runs_own_model(
+def test_countercount_judge_is_the_runs_own_model_when_asked(
     tmp_path: Path, cf_data: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-judge")
@@ -97,7 +98,10 @@ def test_countercount_judge_defaults_to_the_runs_own_model(
         assert srv.request_count == 0 and _episodes(tmp_path / "none")["answer"].isna().all()
         assert "judge: <b>none" in (tmp_path / "none" / "report.html").read_text()
 
-        assert main(["audit", str(tmp_path / "runs"), "--out", str(tmp_path / "a"), "--viewer-episodes", "0"]) == 0
+        assert main(["audit", str(tmp_path / "runs"), "--out", str(tmp_path / "dflt"), "--viewer-episodes", "0"]) == 0
+        assert srv.request_count == 0  # no model call unless asked
+        assert main(["audit", str(tmp_path / "runs"), "--out", str(tmp_path / "a"), "--viewer-episodes", "0",
+                     "--judge", "same", "--judge-option", f"api_base={srv.base_url}"]) == 0
         assert srv.request_count == n and srv.last_request["model"] == "blob"
         prompt = srv.last_request["messages"][0]["content"]
         text = prompt if isinstance(prompt, str) else prompt[0]["text"]
@@ -126,7 +130,8 @@ def test_an_unreachable_judge_cannot_stall_the_audit(
     spec = CellSpec(dataset=str(cf_data), agent="cf-oe", model="openai/gone")
     run_cell(spec, tmp_path / "runs", policy_factory=_replier("3 or 5", provider), progress=False)
     start = time.monotonic()
-    assert main(["audit", str(tmp_path / "runs"), "--out", str(tmp_path / "a"), "--viewer-episodes", "0"]) == 0
+    assert main(["audit", str(tmp_path / "runs"), "--out", str(tmp_path / "a"), "--viewer-episodes", "0",
+                 "--judge", "same", "--judge-option", f"api_base={provider['api_base']}"]) == 0
     assert time.monotonic() - start < 60
     err = capsys.readouterr().err
     assert err.count("judge openai/gone failed") == 1
@@ -136,7 +141,8 @@ def test_an_unreachable_judge_cannot_stall_the_audit(
 def test_a_scripted_policy_has_no_judge(tmp_path: Path, cf_data: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec = CellSpec(dataset=str(cf_data), agent="cf-oe", model="my-rules")
     run_cell(spec, tmp_path / "runs", policy_factory=_replier("3 or 5"), progress=False)
-    assert main(["audit", str(tmp_path / "runs"), "--out", str(tmp_path / "a"), "--viewer-episodes", "0"]) == 0
+    assert main(["audit", str(tmp_path / "runs"), "--out", str(tmp_path / "a"), "--viewer-episodes", "0",
+                 "--judge", "same"]) == 0
     assert "cannot judge" in capsys.readouterr().err
     assert (_episodes(tmp_path / "a")["extracted_by"] == "none").all()
 

@@ -20,7 +20,7 @@ from countgym.secrets import redact_url, scrub_data, scrub_text  # noqa: E402
 from countgym.testing.server import TestServer  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*ReadOnly.*:UserWarning")
-ENV_KEY = "sk-env-ECHOED-0123456789"
+ENV_KEY = "env-ECHOED-0123456789-key"  # not sk- shaped: only the environment makes it a secret
 OPTION_KEY = "sk-option-ECHOED-9876543210"
 URL_PASSWORD = "urlpass-ECHOED-55555"
 

@@ -17,6 +17,16 @@ episode also share ``episode_timeout_s``. A call that fails for a passing reason
 marked ``[transient]``: resume re-runs such episodes and analysis does not score them. A 429 that
 asks to wait longer than ``max_total_wait_s`` (or says the quota is spent) raises
 ``ProviderQuotaError``: the cell stops with one line instead of failing every episode at once.
+
+Hostile answers: any ``Retry-After`` / ``retry-after-ms`` value is clamped (``RETRY_AFTER_CAP_S``;
+``inf``, ``1e20`` or a date in the year 9999 mean "longer than this run waits" and stop the cell,
+negative, NaN or unreadable values are ignored for the exponential backoff). An authentication
+error (401, 403, or no API key at all) ends the call at once, naming the key to set. Bodies are
+bounded: the direct transport reads them within ``max_body_bytes`` (raw and decompressed); the
+litellm transport gets the same bound for OpenAI-compatible and Azure providers through
+``litellm.aclient_session`` (when the user set none); other litellm providers read bodies with
+litellm's own clients, bounded in time by the attempt deadline but not in size. Native tool
+calls are capped (``MAX_TOOL_CALLS`` calls sharing ``REPLY_LIMIT`` characters of arguments).
 """
 
 from __future__ import annotations
@@ -39,13 +49,26 @@ from typing import Any
 
 from countgym.agents.backends.base import BaseChatModel, Message, png_data_url
 from countgym.agents.backends.litellm_import import load_litellm as _litellm
-from countgym.agents.backends.openai_direct import DirectTransport, request_body
+from countgym.agents.backends.openai_direct import (
+    BODY_LIMIT,
+    MAX_BODY_BYTES,
+    DirectTransport,
+    bounded_transport,
+    request_body,
+)
 from countgym.agents.backends.reasoning import ReasoningRequest, reasoning_request
 from countgym.deadlines import episode_elapsed
 from countgym.envs.actions import Reply
+from countgym.envs.common import REPLY_LIMIT
 from countgym.errors import TRANSIENT_MARK, MissingExtraError, ProviderQuotaError
 from countgym.logs import Usage
-from countgym.secrets import redact_url, register_secret, register_url_secrets, scrub_text
+from countgym.secrets import (
+    redact_url,
+    register_secret,
+    register_url_secrets,
+    scrub_text,
+    strip_userinfo,
+)
 
 _LOOP: asyncio.AbstractEventLoop | None = None
 _LOOP_PID = 0
@@ -55,12 +78,27 @@ _CANCEL_GRACE_S = 5.0
 _MAX_ERROR_CHARS = 600
 # Status codes worth another attempt; everything else in 4xx is the request's own fault.
 _RETRY_STATUS = frozenset({408, 409, 425, 429})
-_SECRET_PATTERNS = (
-    re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}"),
-    re.compile(r"(?i)(bearer\s+)[A-Za-z0-9_\-\.=]{6,}"),
-    re.compile(r"(?i)([?&](?:key|api_key|api-key)=)[^&\s'\"]+"),
-    re.compile(r"\bAIza[0-9A-Za-z_\-]{20,}"),
+RETRY_AFTER_CAP_S = 365 * 86400.0
+"""Longest wait a ``Retry-After`` may ask for, as read: larger, infinite or far-future values are
+clamped to it (and, being beyond any run's budget, stop the cell)."""
+MAX_TOOL_CALLS = 64
+"""Native tool calls kept from one reply (the rest are dropped, like text past ``REPLY_LIMIT``).
+Their arguments share one ``REPLY_LIMIT`` of characters: a reply's calls weigh no more in the log
+than its text may."""
+MAX_TOOL_NAME_CHARS = 256
+# Errors that say no key was given at all (providers word it in many ways).
+_MISSING_KEY_RE = re.compile(
+    r"(?i)(missing\s+(?:[\w-]+\s+){0,3}(?:api[\s_-]?key|credentials)|api_key client option must be set"
+    r"|no api[\s_-]?key|api[\s_-]?key (?:is )?(?:missing|required|not (?:set|provided|found))"
+    r"|please (?:pass|set|provide) (?:an? |the )?`?api[_\s-]?key)"
 )
+# Provider prefixes and the variable that holds their key (litellm knows more; this names the usual ones).
+_KEY_VARS = {
+    "openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "gemini": "GEMINI_API_KEY",
+    "openrouter": "OPENROUTER_API_KEY", "groq": "GROQ_API_KEY", "xai": "XAI_API_KEY",
+    "together_ai": "TOGETHERAI_API_KEY", "mistral": "MISTRAL_API_KEY", "deepseek": "DEEPSEEK_API_KEY",
+    "fireworks_ai": "FIREWORKS_AI_API_KEY", "azure": "AZURE_API_KEY", "hosted_vllm": "HOSTED_VLLM_API_KEY",
+}
 
 
 class _RetryableResponse(Exception):
@@ -112,6 +150,10 @@ class LiteLLMBackend(BaseChatModel):
             the model; when given they take precedence over litellm's cost map.
         extra_params: passed through to ``litellm.completion`` (e.g. ``{"top_p": 1}``).
         batch_concurrency: threads ``complete_batch`` uses.
+        url_basic_auth: send the ``user:password@`` of ``api_base`` as HTTP Basic auth. Off by
+            default: the userinfo is removed from the URL before any request (and masked in every
+            log), so credentials in a URL never leave unless asked for.
+        max_body_bytes: bound on one response body, raw and decompressed (see the module doc).
         transport: "direct" posts to ``{api_base}/chat/completions`` with a pooled async HTTP
             client and never imports litellm (``agents.backends.openai_direct``); "litellm" calls
             ``litellm.acompletion``; "auto" (default) is "direct" for an ``openai/`` model with an
@@ -146,6 +188,8 @@ class LiteLLMBackend(BaseChatModel):
         transport: str = "auto",
         seed: int | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        url_basic_auth: bool = False,
+        max_body_bytes: int = MAX_BODY_BYTES,
     ) -> None:
         self.transport = _transport(transport, model, api_base)
         # httpx is a core dependency; only the litellm transport needs the 'api' extra.
@@ -156,9 +200,16 @@ class LiteLLMBackend(BaseChatModel):
             max_total_wait_s=max_total_wait_s, backoff_base_s=backoff_base_s, backoff_max_s=backoff_max_s,
             input_cost_per_token=input_cost_per_token, output_cost_per_token=output_cost_per_token,
             max_tokens=max_tokens, batch_concurrency=batch_concurrency,
+            url_basic_auth=url_basic_auth, max_body_bytes=max_body_bytes,
         )
         register_secret(api_key)
         register_url_secrets(api_base)
+        self._send_base = api_base
+        if api_base and not url_basic_auth and strip_userinfo(api_base) != api_base.strip():
+            self._send_base = strip_userinfo(api_base)
+            _warn_once((model, "userinfo"), f"{model}: the user:password@ of api_base is not sent (it would go out "
+                       "as HTTP Basic auth); pass url_basic_auth=true to send it")
+        self.max_body_bytes = max_body_bytes
         if self.transport == "litellm":
             # Import now (seconds), so that the first episode's deadline does not pay for it.
             _litellm()
@@ -189,7 +240,8 @@ class LiteLLMBackend(BaseChatModel):
         self._direct = None
         if self.transport == "direct":
             headers = self.extra_params.get("extra_headers")
-            self._direct = DirectTransport(api_base or "", api_key, headers if isinstance(headers, dict) else None)
+            self._direct = DirectTransport(self._send_base or "", api_key, headers if isinstance(headers, dict) else None,
+                                           url_basic_auth=url_basic_auth, max_body_bytes=max_body_bytes)
 
     sends_data_urls = True
     """Images go out as PNG data URLs: policies may hold them encoded (``EncodedImage``)."""
@@ -237,6 +289,8 @@ class LiteLLMBackend(BaseChatModel):
                 retryable, retry_after = self._classify(e)
                 last_error = self.scrub(f"{type(e).__name__}: {_message_of(e)}")
                 if not retryable:
+                    if _is_auth_error(e):
+                        last_error = self.scrub(self._auth_line(e))
                     return Reply(text="", error=last_error, latency_s=time.perf_counter() - start)
                 self._stop_on_quota(e, retry_after, last_error)
                 if attempt == self.max_attempts:
@@ -265,21 +319,44 @@ class LiteLLMBackend(BaseChatModel):
         return self.episode_timeout_s - elapsed
 
     def _stop_on_quota(self, e: BaseException, retry_after: float | None, error: str) -> None:
-        """Raise ``ProviderQuotaError`` for a 429 no retry within this call's limits can outlast."""
-        if getattr(e, "status_code", None) != 429:
-            return
-        spent = "insufficient_quota" in error.lower()
-        if not spent and (retry_after is None or retry_after <= self.max_total_wait_s):
+        """Raise ``ProviderQuotaError`` for a 429 that says the quota is spent, or for any answer
+        whose ``Retry-After`` asks for a wait beyond this call's budget (``max_total_wait_s``, and
+        the whole episode deadline): the cell stops and its episodes stay unlogged, to resume."""
+        status = getattr(e, "status_code", None)
+        # litellm keeps the provider's error code in ``body``, the direct transport in the message.
+        spent = status == 429 and "insufficient_quota" in f"{error} {str(getattr(e, 'body', ''))[:2000]}".lower()
+        budget = self.max_total_wait_s
+        if self.episode_timeout_s is not None:
+            budget = min(budget, self.episode_timeout_s)
+        if not spent and (retry_after is None or retry_after <= budget):
             return
         if spent:
             why = "says the quota is spent"
         else:
-            until = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(time.time() + retry_after))  # type: ignore[operator]
-            why = f"asks to wait {retry_after:.0f} s (until {until}), more than max_total_wait_s={self.max_total_wait_s:g}"
+            assert retry_after is not None
+            if retry_after < RETRY_AFTER_CAP_S:
+                until = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(time.time() + retry_after))
+                wait = f"{retry_after:.0f} s (until {until})"
+            else:
+                wait = f"{RETRY_AFTER_CAP_S:.0f} s or more"
+            what = "max_total_wait_s" if budget == self.max_total_wait_s else "episode_timeout_s"
+            why = f"asks to wait {wait}, more than {what}={budget:g}"
+        kind = "rate limit (HTTP 429)" if status == 429 else f"answer (HTTP {status})" if isinstance(status, int) else "answer"
         raise ProviderQuotaError(
-            f"{self.model}: the provider's rate limit (HTTP 429) {why}; stopped the cell, "
+            f"{self.model}: the provider's {kind} {why}; stopped the cell, "
             "re-run the same command later to resume it"
         )
+
+    def _auth_line(self, e: BaseException) -> str:
+        """One line for an authentication error, naming the key to set when none was given."""
+        detail = f"{type(e).__name__}: {_message_of(e)}"
+        if self._api_key:
+            return detail
+        var = _key_var(self.model)
+        if var is None or os.environ.get(var):
+            return detail
+        head = "no API key" if _MISSING_KEY_RE.search(detail) or self._direct is None else "rejected (no API key given)"
+        return f"AuthenticationError: {self.model}: {head}: set {var} or pass api_key ({detail})"
 
     def complete_batch(self, batch: Sequence[list[Message]]) -> list[Reply]:
         """Independent requests in parallel threads (the calls are I/O bound)."""
@@ -301,7 +378,8 @@ class LiteLLMBackend(BaseChatModel):
             kwargs = self._kwargs(wire, budget_s)
             if tools:
                 kwargs["tools"] = tools
-            coro = asyncio.wait_for(_litellm().acompletion(**kwargs), budget_s)
+            _bound_litellm_bodies()
+            coro = asyncio.wait_for(_with_body_limit(_litellm().acompletion(**kwargs), self.max_body_bytes), budget_s)
         future = asyncio.run_coroutine_threadsafe(coro, _event_loop())
         try:
             return future.result(timeout=budget_s + _CANCEL_GRACE_S)
@@ -338,8 +416,8 @@ class LiteLLMBackend(BaseChatModel):
         if self.max_tokens is not None:
             kwargs["max_tokens"] = self.max_tokens
         kwargs.update(self.reasoning.params)
-        if self.api_base is not None:
-            kwargs["api_base"] = self.api_base
+        if self._send_base is not None:
+            kwargs["api_base"] = self._send_base
         key = self._api_key
         if key is None and self.api_base is not None and self.model.startswith("openai/"):
             # A local OpenAI-compatible server needs no key, but the SDK insists on one.
@@ -402,13 +480,15 @@ class LiteLLMBackend(BaseChatModel):
             return False, None
         if isinstance(e, _RetryableResponse):
             return True, None
-        name = type(e).__name__
-        if name in (
-            "ContextWindowExceededError",
-            "ContentPolicyViolationError",
-            "AuthenticationError",
-        ):
+        if _is_auth_error(e):
             return False, None
+        name = type(e).__name__
+        if name in ("ContextWindowExceededError", "ContentPolicyViolationError"):
+            return False, None
+        if "Error in response object" in _message_of(e):
+            # litellm's words for an error object inside a 200 body: the direct transport hands
+            # the same body over as a 502 (``openai_direct.error_in_body``), so both retry it.
+            return True, None
         status = getattr(e, "status_code", None)
         if isinstance(status, int):
             if status in _RETRY_STATUS or status >= 500:
@@ -429,13 +509,11 @@ class LiteLLMBackend(BaseChatModel):
 
     # --- secrets --------------------------------------------------------------------------------
     def scrub(self, text: str) -> str:
-        """Remove the API key (and anything key-like) from a text meant for logs."""
+        """Remove the API key (and anything key-like) from a text meant for logs: the whole
+        text is masked first, then cut to ``_MAX_ERROR_CHARS``."""
         if self._api_key:
             text = text.replace(self._api_key, "***")
-        text = scrub_text(text)
-        for pat in _SECRET_PATTERNS:
-            text = pat.sub(lambda m: (m.group(1) if m.re.groups else "") + "***", text)
-        return text[:_MAX_ERROR_CHARS]
+        return scrub_text(text, limit=_MAX_ERROR_CHARS)
 
 
 _WARNED: set[tuple[str, str]] = set()
@@ -531,40 +609,110 @@ def _retry_after(e: BaseException) -> float | None:
     except (TypeError, ValueError):
         return None
     if "retry-after-ms" in lower:
-        try:
-            return max(0.0, float(lower["retry-after-ms"]) / 1000.0)
-        except ValueError:
-            pass
+        ms = _seconds(lower["retry-after-ms"])
+        if ms is not None:
+            return min(ms / 1000.0, RETRY_AFTER_CAP_S)
     value = lower.get("retry-after")
     if value is None:
         return None
+    seconds = _seconds(value)
+    if seconds is None and len(value) <= 64:
+        try:
+            parsed = email.utils.parsedate_tz(value)
+            if parsed is not None:
+                seconds = max(0.0, float(email.utils.mktime_tz(parsed)) - time.time())
+        except (ValueError, OverflowError, TypeError):
+            seconds = None
+    return None if seconds is None else min(seconds, RETRY_AFTER_CAP_S)
+
+
+def _seconds(value: str) -> float | None:
+    """A non-negative number of seconds from a header value (``inf`` and huge values kept, to be
+    clamped by the caller); None for NaN, negatives and anything that is not a number."""
     try:
-        return max(0.0, float(value))
-    except ValueError:
-        parsed = email.utils.parsedate_tz(value)
-        if parsed is None:
-            return None
-        return max(0.0, email.utils.mktime_tz(parsed) - time.time())
+        x = float(value.strip()[:64])
+    except (ValueError, OverflowError):
+        return None
+    return x if x >= 0 and not math.isnan(x) else None
+
+
+def _is_auth_error(e: BaseException) -> bool:
+    """An authentication or permission failure (401, 403, or no key given): never retried."""
+    if type(e).__name__ in ("AuthenticationError", "PermissionDeniedError"):
+        return True
+    if getattr(e, "status_code", None) in (401, 403):
+        return True
+    return bool(_MISSING_KEY_RE.search(_message_of(e)[:2000]))
+
+
+def _key_var(model: str) -> str | None:
+    """The environment variable that holds the key for a model's provider (when known)."""
+    return _KEY_VARS.get(model.split("/", 1)[0]) if "/" in model else None
+
+
+_SESSION: dict[str, Any] = {}
+
+
+def _bound_litellm_bodies() -> None:
+    """Give litellm's OpenAI-compatible clients a bounded body reader (``litellm.aclient_session``)
+    unless the user set a session of their own; one per process (a forked child makes its own).
+    Each call's bound travels with its task (``BODY_LIMIT``, set by ``_with_body_limit``)."""
+    litellm = _litellm()
+    current = getattr(litellm, "aclient_session", None)
+    mine = _SESSION.get("client")
+    if current is not None and current is not mine:
+        return  # the user's own session: left alone
+    if mine is not None and _SESSION.get("pid") == os.getpid():
+        return
+    import httpx
+
+    try:  # litellm's own certificate settings (SSL_VERIFY, SSL_CERT_FILE, litellm.ssl_verify)
+        from litellm.llms.custom_httpx.http_handler import get_ssl_configuration
+
+        verify: Any = get_ssl_configuration()
+    except Exception:  # noqa: BLE001 - another litellm version: httpx's defaults
+        verify = True
+    inner = httpx.AsyncHTTPTransport(verify=verify)
+    client = httpx.AsyncClient(transport=bounded_transport(inner), timeout=httpx.Timeout(None))
+    _SESSION.update(client=client, pid=os.getpid())
+    litellm.aclient_session = client
+
+
+async def _with_body_limit(coro: Any, limit: int) -> Any:
+    """Await ``coro`` with ``BODY_LIMIT`` set for the HTTP reads it makes (its own task's context)."""
+    BODY_LIMIT.set(limit)
+    return await coro
 
 
 def _tool_calls_of(msg: Any) -> list[dict[str, Any]] | None:
     """The message's native tool calls in OpenAI form (plain dicts), or None."""
     calls = getattr(msg, "tool_calls", None) or []
-    out = []
-    for c in calls:
+    if not isinstance(calls, list | tuple):
+        return None
+    out: list[dict[str, Any]] = []
+    room = REPLY_LIMIT
+    for c in calls[:MAX_TOOL_CALLS]:
+        if room <= 0:
+            break
         fn = getattr(c, "function", None)
         if fn is None and isinstance(c, dict):
             fn = c.get("function")
         get = (lambda o, k: o.get(k)) if isinstance(fn, dict) else getattr
         args = get(fn, "arguments") if fn is not None else None
+        try:
+            text = args if isinstance(args, str) else json.dumps(args or {})
+        except (TypeError, ValueError, RecursionError):
+            text = ""
         out.append({
-            "id": str((c.get("id") if isinstance(c, dict) else getattr(c, "id", None)) or f"call_{len(out)}"),
+            "id": str((c.get("id") if isinstance(c, dict) else getattr(c, "id", None)) or f"call_{len(out)}")[:MAX_TOOL_NAME_CHARS],
             "type": "function",
             "function": {
-                "name": str(get(fn, "name") or "") if fn is not None else "",
-                "arguments": args if isinstance(args, str) else json.dumps(args or {}),
+                "name": (str(get(fn, "name") or "") if fn is not None else "")[:MAX_TOOL_NAME_CHARS],
+                # Capped like a text reply; cut arguments are no longer JSON, so the call is invalid.
+                "arguments": text[:room],
             },
         })
+        room -= len(text)
     return out or None
 
 
@@ -636,6 +784,8 @@ def _check_options(**options: Any) -> None:
         "max_attempts": (False, lambda v: _is_count(v) and 1 <= v <= 1000, "a whole number from 1 to 1000"),
         "max_tokens": (True, lambda v: _is_count(v) and v >= 1, "a whole number >= 1 (or null)"),
         "batch_concurrency": (False, lambda v: _is_count(v) and 1 <= v <= 1024, "a whole number from 1 to 1024"),
+        "url_basic_auth": (False, lambda v: isinstance(v, bool), "true or false"),
+        "max_body_bytes": (False, lambda v: _is_count(v) and v >= 1024, "a whole number of bytes >= 1024"),
     }
     for name, value in options.items():
         nullable, ok, what = rules[name]

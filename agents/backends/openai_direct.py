@@ -10,16 +10,34 @@ exception named like litellm's (``RateLimitError``, ``AuthenticationError``,
 ``Retry-After``). It never imports litellm: no import seconds, no per-call request building,
 logging or cost-map lookups. Replies are untrusted: a body that is not the chat-completion shape
 raises ``MalformedReply``, which the retry policy treats as transient.
+
+Bodies are read through ``BoundedTransport``: at most ``max_body_bytes`` on the wire and at most
+``max_body_bytes`` once decompressed (gzip or deflate, decoded here in bounded steps, so a small
+compressed bomb cannot fill memory), and a 2xx body that carries an ``error`` object instead of
+``choices`` is turned into an HTTP 502 (the litellm transport gets the same treatment, so both
+classify it alike). Error bodies are masked whole (``countgym.secrets``) before they are cut.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import zlib
+from contextvars import ContextVar
 from types import SimpleNamespace
 from typing import Any
 
 from countgym.limits import MAX_CONCURRENCY
+from countgym.secrets import scrub_text, strip_userinfo
+
+MAX_BODY_BYTES = 32 * 1024 * 1024
+"""Default bound on a response body, on the wire and once decompressed (a chat reply with a
+65,536-character answer and usage is well under 1 MB; images never come back)."""
+BODY_LIMIT: ContextVar[int | None] = ContextVar("countgym_body_limit", default=None)
+"""The body bound of the call in progress, for a ``bounded_transport`` shared by several backends
+(litellm's session): set around each call, read by the transport."""
+MAX_ERROR_MESSAGE_CHARS = 300
+"""Characters of a provider's error message kept (after masking) in an error text."""
 
 _ERROR_NAMES = {
     400: "BadRequestError",
@@ -51,6 +69,11 @@ class MalformedReply(Exception):
     """A 2xx response whose body is not a chat completion."""
 
 
+class ReplyTooLarge(MalformedReply):
+    """A response body over the size bound (on the wire or decompressed), or in an encoding
+    that cannot be decoded within it."""
+
+
 _CLASSES: dict[str, type[ProviderHTTPError]] = {}
 
 
@@ -69,8 +92,11 @@ def http_error(status: int, body: bytes, headers: dict[str, str]) -> ProviderHTT
             message, code = str(err.get("message") or ""), str(err.get("code") or err.get("type") or "")
         elif err is not None:
             message = str(err)
-    except (ValueError, AttributeError, TypeError):
-        message = body[:300].decode("utf-8", "replace")
+    except (ValueError, AttributeError, TypeError, RecursionError):
+        message = body.decode("utf-8", "replace")
+    # Mask the whole message first, then cut: a cut first could leave most of a key unmasked.
+    message = scrub_text(" ".join(message.split()), limit=MAX_ERROR_MESSAGE_CHARS)
+    code = scrub_text(code, limit=80)
     name = _ERROR_NAMES.get(status, "APIError" if status >= 500 else "BadRequestError")
     low = f"{message} {code}".lower()
     if status == 400 and ("context_length_exceeded" in low or "maximum context length" in low):
@@ -94,8 +120,8 @@ def parse_reply(raw: bytes) -> Any:
     """A chat-completion body as attribute objects; ``MalformedReply`` for any other shape."""
     try:
         data = json.loads(raw)
-    except ValueError as e:
-        raise MalformedReply(f"reply is not JSON: {e}") from None
+    except (ValueError, RecursionError) as e:
+        raise MalformedReply(f"reply is not JSON: {type(e).__name__}") from None
     if not isinstance(data, dict):
         raise MalformedReply("reply is not a JSON object")
     choices = data.get("choices")
@@ -136,6 +162,73 @@ def request_body(model: str, wire: list[dict[str, Any]], params: dict[str, Any])
     return json.dumps(body, separators=(",", ":")).encode()
 
 
+def _decode_bounded(raw: bytes, encoding: str, limit: int) -> bytes:
+    """``raw`` decoded from its Content-Encoding, refusing more than ``limit`` bytes of output."""
+    codings = [c.strip().lower() for c in encoding.split(",") if c.strip() and c.strip().lower() != "identity"]
+    if not codings:
+        return raw
+    if len(codings) > 1 or codings[0] not in ("gzip", "x-gzip", "deflate"):
+        raise ReplyTooLarge(f"reply in an unsupported content-encoding {encoding[:40]!r}")
+    # gzip and zlib headers are detected (32 + 15); a raw deflate stream is tried next.
+    for wbits in ((47,) if codings[0] != "deflate" else (47, -15)):
+        d = zlib.decompressobj(wbits)
+        try:
+            out = d.decompress(raw, limit + 1)
+        except zlib.error:
+            continue
+        if len(out) > limit or d.unconsumed_tail:
+            raise ReplyTooLarge(f"reply decompresses to more than {limit} bytes")
+        return out
+    raise MalformedReply(f"reply is not valid {codings[0]} data")
+
+
+def error_in_body(status: int, body: bytes) -> bool:
+    """True for a 2xx body that is a JSON object carrying ``error`` and no ``choices`` (some
+    proxies answer a failure with 200): it is handled as the failure it states (HTTP 502)."""
+    if not 200 <= status < 300 or b'"error"' not in body:
+        return False
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(data, dict) and data.get("error") not in (None, "", {}) and not data.get("choices")
+
+
+def bounded_transport(inner: Any, max_body_bytes: int | None = None) -> Any:
+    """An ``httpx.AsyncBaseTransport`` around ``inner`` that reads each body within
+    ``max_body_bytes`` (raw and decoded; the response it returns is already decoded) and turns
+    an error object inside a 2xx body into a 502. Without ``max_body_bytes`` the bound is the
+    calling task's ``BODY_LIMIT`` (else ``MAX_BODY_BYTES``)."""
+    import httpx
+
+    class BoundedTransport(httpx.AsyncBaseTransport):
+        async def handle_async_request(self, request: Any) -> Any:
+            limit = max_body_bytes or BODY_LIMIT.get() or MAX_BODY_BYTES
+            request.headers["Accept-Encoding"] = "gzip, deflate"  # the codings decoded here, bounded
+            response = await inner.handle_async_request(request)
+            chunks: list[bytes] = []
+            size = 0
+            try:
+                async for chunk in response.stream:
+                    size += len(chunk)
+                    if size > limit:
+                        raise ReplyTooLarge(f"reply body larger than {limit} bytes")
+                    chunks.append(chunk)
+            finally:
+                await response.aclose()
+            body = _decode_bounded(b"".join(chunks), response.headers.get("content-encoding", ""), limit)
+            status = 502 if error_in_body(response.status_code, body) else response.status_code
+            headers = [(k, v) for k, v in response.headers.multi_items()
+                       if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")]
+            return httpx.Response(status, headers=headers, content=body, request=request,
+                                  extensions={k: v for k, v in response.extensions.items() if k != "network_stream"})
+
+        async def aclose(self) -> None:
+            await inner.aclose()
+
+    return BoundedTransport()
+
+
 LANE_CONNECTIONS = 8
 """Connections per pooled client ("lane"). httpcore's pool walks every connection of its client
 for every queued request (quadratic in the pool's size), so 64 requests in flight on one client
@@ -151,8 +244,11 @@ class DirectTransport:
     ``max_connections`` connections are open, requests queue on the least busy lane."""
 
     def __init__(self, api_base: str, api_key: str | None, extra_headers: dict[str, str] | None = None,
-                 max_connections: int = MAX_CONCURRENCY) -> None:
-        self.url = api_base.rstrip("/") + "/chat/completions"
+                 max_connections: int = MAX_CONCURRENCY, *, url_basic_auth: bool = False,
+                 max_body_bytes: int = MAX_BODY_BYTES) -> None:
+        # The user:password@ of an api_base is sent as Basic auth only when asked (url_basic_auth).
+        self.url = (api_base if url_basic_auth else strip_userinfo(api_base)).rstrip("/") + "/chat/completions"
+        self._max_body_bytes = max_body_bytes
         self._api_key = api_key
         self._extra_headers = dict(extra_headers or {})
         self._max_connections = max_connections
@@ -166,7 +262,7 @@ class DirectTransport:
         # A local server needs no key, but send one as the OpenAI SDK does (OPENAI_API_KEY or a placeholder).
         key = self._api_key or os.environ.get("OPENAI_API_KEY") or "no-key"
         return {"Authorization": f"Bearer {key}", "Content-Type": "application/json",
-                "Accept": "application/json", **self._extra_headers}
+                "Accept": "application/json", "Accept-Encoding": "gzip, deflate", **self._extra_headers}
 
     def _lane(self) -> int:
         """The index of the lane for the next request (on the loop's thread, so no lock)."""
@@ -193,8 +289,10 @@ class DirectTransport:
             make = getattr(httpx, "create_ssl_context", None)
             self._tls = make() if make is not None else True
         limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+        inner = httpx.AsyncHTTPTransport(limits=limits, verify=self._tls)
         # No httpx timeouts: the caller's total deadline (asyncio.wait_for) bounds each attempt.
-        return httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(None), verify=self._tls)
+        return httpx.AsyncClient(transport=bounded_transport(inner, self._max_body_bytes),
+                                 timeout=httpx.Timeout(None))
 
     async def complete(self, body: bytes) -> Any:
         """POST one chat request; the parsed reply, or the exception its status or body calls for."""
