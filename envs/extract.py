@@ -22,9 +22,11 @@ can go to the optional model parser at audit time (``countgym audit --parser MOD
    cubes).
 3. ``ANSWER:`` lines (also ``Final answer:``) win; the last one decides: exactly one count in it.
 4. Otherwise the last count in a total or final phrase (``in total there are 23``, ``a total of
-   23``, ``the answer is 23``, ``23 ... altogether``) decides.
+   23``, ``the answer is 23``, ``23 ... altogether``) decides; so does a conclusion that ends the
+   reply, after arithmetic or a tally (``..., so 24.``, ``therefore 24``, ``10 + 14 = 24``).
 5. Otherwise the counts bound to the queried object (``23 red cubes``, ``no red cubes``; a bare
-   ``None.`` is 0) decide when they agree; per-frame tallies that disagree are no answer.
+   ``None.`` is 0) decide when they agree, together with per-frame tallies that leave the noun
+   out (``Frame 2 shows 11, frame 9 shows 13 red cubes``): tallies that disagree are no answer.
 6. Otherwise the remaining numbers decide when they agree (``23.``); several incompatible values,
    a bound (``more than 20``, ``20+``) or a number that is not a count (``7.5``) is no answer.
 7. With ``options`` (MCQ), a run of three or more options in a row is an echo of the option list
@@ -40,7 +42,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from countgym.envs.numbers import MAX_COUNT, Number, NumberKind, parse_count, pronoun_ones, scan_numbers
+from countgym.envs.numbers import (
+    MAX_COUNT,
+    Number,
+    NumberKind,
+    parse_count,
+    pronoun_ones,
+    scan_numbers,
+)
 
 __all__ = [
     "MAX_COUNT", "ExtractResult", "Number", "NumberKind", "Target", "extract_count", "parse_count",
@@ -90,6 +99,7 @@ _THINK = re.compile(r"<think>.*?(?:</think>|$)", re.IGNORECASE | re.DOTALL)
 _ANSWER_LINE = re.compile(r"\b(?:final\s+)?answer\b[ \t]*(?:is[ \t]*)?[:=][ \t]*([^\n]*)", re.IGNORECASE)
 _LIST_MARKER = re.compile(r"^[ \t]*\d+[.)][ \t]+\S", re.MULTILINE)
 _WINDOW = 48
+_EMPHASIS = re.compile(r"(?<!\d)\*\*|\*\*(?!\d)")  # markdown bold, not "10**2"
 _UNIT_AFTER = re.compile(
     r"[ \t]*(?:-[ \t]*)?(?:sampled[ \t]+|video[ \t]+|different[ \t]+|key[ \t]*)?(?:frames?|seconds?|secs?|s\b|minutes?|mins?|"
     r"ms\b|fps|hz|%|percent|per[ \t]?cent|degrees?|\u00b0|times|x\b|px|pixels?|rows?|columns?|"
@@ -120,6 +130,17 @@ _TOTAL_AFTER = re.compile(
     r"(?:[ \t]+[a-z-]+){0,4}?[ \t]*,?[ \t]*(?:in[ \t]+total|altogether|in[ \t]+all|overall|total)\b",
     re.IGNORECASE,
 )
+_TALLY_BEFORE = re.compile(
+    r"\bframes?[ \t]*(?:#|no\.)?[ \t]*\d+[ \t]*[:,\-\u2013]?[ \t]*(?:(?:it[ \t]+|i[ \t]+)?(?:shows?|has|have|contains?|"
+    r"displays?|reveals?|includes?|see|count)|there[ \t]+(?:are|is|were))?[ \t]*(?:only[ \t]+|exactly[ \t]+)?$",
+    re.IGNORECASE,
+)
+_CONCLUSION_BEFORE = re.compile(
+    r"(?:\b(?:so|therefore|thus|hence|which[ \t]+(?:makes|gives|is)|that[ \t]+(?:makes|gives|is)|making|giving)"
+    r"|(?<![<>!=])=)[ \t]*,?[ \t]*(?:there[ \t]+(?:are|is|were)[ \t]+)?(?:exactly[ \t]+|only[ \t]+)?$",
+    re.IGNORECASE,
+)
+_CONCLUSION_WORDS = ("so", "therefore", "thus", "hence", "makes", "gives", "making", "giving", "which is", "that is", "=")
 _BOUND_WORDS = ("than", "least", "most", "over", "under", "up", "above", "below")
 _TOTAL_WORDS = ("total", "all", "overall", "answer", "count", "sum", "number", "tally")
 _QUESTION_OBJECT = re.compile(
@@ -138,6 +159,10 @@ class _Mention:
     noun: str = "none"
     """``target``, ``other``, ``generic`` or ``none``: the noun the number counts."""
     total: bool = False
+    tally: bool = False
+    """A per-frame tally with the noun left out (``frame 2 shows 11``)."""
+    conclusion: bool = False
+    """After a conclusion word or an equals sign (``..., so 24``, ``10 + 14 = 24``)."""
 
     @property
     def value(self) -> int | None:
@@ -174,10 +199,14 @@ def extract_count(
     mentions = _mentions(body, options, target)
     live = [m for m in mentions if not m.ignored]
     totals = [m for m in live if m.total and m.noun in ("target", "none")]
+    if live and live[-1].conclusion and live[-1].noun in ("target", "none"):
+        totals.append(live[-1])  # the reply ends on a conclusion: "..., so 24."
     if totals:
         return _decide_plain([totals[-1]], options, where="total phrase", empty="")
     bound = [m for m in live if m.noun == "target"]
     if bound:
+        # Per-frame tallies that leave the noun out count the same object.
+        bound = [m for m in live if m.noun == "target" or (m.tally and m.noun == "none")]
         return _decide_plain(bound, options, where="counts of the queried object", empty="")
     rest = [m for m in live if m.noun != "other"]
     if not rest and any(m.noun == "other" for m in live):
@@ -207,7 +236,7 @@ def strip_reasoning(text: str) -> str:
 
 def _clean(text: str, question: str | None) -> str:
     body = strip_reasoning(text)
-    body = body.replace("**", "").replace("__", "").replace("`", "")
+    body = _EMPHASIS.sub("", body).replace("__", "").replace("`", "")
     if question:
         words = [re.escape(w) for w in question.split()]
         if words:
@@ -257,7 +286,9 @@ def _mentions(
             or (("total" in low_after or "all" in low_after) and _TOTAL_AFTER.match(after))
         )
         bound = any(k in low for k in _BOUND_WORDS) and bool(_BOUND_BEFORE.search(before[-22:]))
-        out.append(_Mention(n, bound=bound, noun=noun, total=total))
+        tally = noun == "none" and "frame" in low and bool(_TALLY_BEFORE.search(before))
+        conclusion = any(k in low for k in _CONCLUSION_WORDS) and bool(_CONCLUSION_BEFORE.search(before))
+        out.append(_Mention(n, bound=bound, noun=noun, total=total, tally=tally, conclusion=conclusion))
     # "20-25 red cubes", "4 or 5 red cubes": a range or hedge counts the noun after its last number.
     for i in range(len(out) - 2, -1, -1):
         a, b = out[i], out[i + 1]
@@ -265,7 +296,7 @@ def _mentions(
             a.noun == "none" and b.noun != "none" and not a.ignored and not b.ignored
             and _HEDGE_JOIN.fullmatch(text[a.number.end : b.number.start])
         ):
-            out[i] = _Mention(a.number, bound=a.bound, noun=b.noun, total=a.total)
+            out[i] = _Mention(a.number, bound=a.bound, noun=b.noun, total=a.total, conclusion=a.conclusion)
     if target is not None and span is None:
         out.extend(_no_target(text, target))
         out.sort(key=lambda m: m.number.start)

@@ -84,12 +84,11 @@ _NUMBER_WORDS = sorted([*_UNITS, *_TENS, "hundred", *_SCALES], key=len, reverse=
 _NW = "|".join(_NUMBER_WORDS)
 _SEP = r"(?:[ \t]*-[ \t]*|[ \t]+)"
 
-_RUN = rf"\d(?:[{INVISIBLE}]*\d)*"
 # One scanner for digit mentions: a hex literal, or a run of digits (any script, invisible
 # characters inside kept for classification) with its grouping/decimal separators.
 _DIGITS = re.compile(
     r"(?P<hex>0[xX][0-9a-fA-F]+(?!\w))"
-    rf"|(?P<body>{_RUN}(?:(?:[,.'\u2019\u066b\u066c]|[ \u00a0\u2009\u202f](?=\d{{3}}(?!\d)))(?:{_RUN}))*)"
+    rf"|(?P<body>\d(?:[{INVISIBLE}]*(?:\d|(?:[,.'\u2019\u066b\u066c]|[ \u00a0\u2009\u202f](?=\d{{3}}(?!\d)))[{INVISIBLE}]*\d))*)"
 )
 # Number-word runs: words and "and"/"a" joined by spaces or hyphens (split into numbers later).
 _WORDS = re.compile(
@@ -441,12 +440,12 @@ def decide(found: list[Number]) -> tuple[int | None, str]:
 
 def read_count(text: str, start: int = 0, end: int | None = None) -> tuple[int | None, str]:
     """The count stated in ``text[start:end]`` (an answer span): every number mention in it a
-    count, all of one value. The span's line is read whole, so a sign or a bound just before
-    ``start`` on that line is seen. Returns ``(value, "count")`` or ``(None, why)``."""
+    count, all of one value. Up to 80 characters of the span's line before ``start`` are read
+    too, so a sign or a bound just before it is seen. Returns ``(value, "count")`` or ``(None, why)``."""
     if not isinstance(text, str):
         return None, f"not a text reply ({type(text).__name__})"
     end = len(text) if end is None else end
-    line_start = text.rfind("\n", 0, start) + 1
+    line_start = max(text.rfind("\n", 0, start) + 1, start - 2 * _WINDOW)
     line = text[line_start:end]
     offset = start - line_start
     return decide([n for n in count_mentions(line) if n.start >= offset or n.end > offset])
