@@ -286,8 +286,9 @@ def _mentions(
             or (("total" in low_after or "all" in low_after) and _TOTAL_AFTER.match(after))
         )
         bound = any(k in low for k in _BOUND_WORDS) and bool(_BOUND_BEFORE.search(before[-22:]))
-        tally = noun == "none" and "frame" in low and bool(_TALLY_BEFORE.search(before))
-        conclusion = any(k in low for k in _CONCLUSION_WORDS) and bool(_CONCLUSION_BEFORE.search(before))
+        near = low[-32:]
+        tally = noun == "none" and "frame" in low and bool(_TALLY_BEFORE.search(before[-40:]))
+        conclusion = any(k in near for k in _CONCLUSION_WORDS) and bool(_CONCLUSION_BEFORE.search(before[-32:]))
         out.append(_Mention(n, bound=bound, noun=noun, total=total, tally=tally, conclusion=conclusion))
     # "20-25 red cubes", "4 or 5 red cubes": a range or hedge counts the noun after its last number.
     for i in range(len(out) - 2, -1, -1):
