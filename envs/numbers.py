@@ -127,6 +127,11 @@ _DIGITS_AFTER = re.compile(
     r"|(?P<scale>[ \t]+(?:hundred|thousand|million)\b)",
     re.IGNORECASE,
 )
+_DIGITS_AFTER_START = frozenset(
+    " \t^*/\u2044\u2215%\u066a\u2030\u2031\uff05\u00d7\u00b7\u22c5_\u00b2\u00b3\u00b9\u2070\u2074\u2075\u2076\u2077"
+    "\u2078\u2079\u207a\u207b\u00bc\u00bd\u00be" + "".join(chr(c) for c in range(0x2150, 0x215F))
+)
+"""Characters a match of ``_DIGITS_AFTER`` can start with, besides letters (a cheap pre-test)."""
 # What may follow any number and make it no count.
 _AFTER = re.compile(
     r"(?P<decimal>[ \t]+and[ \t]+(?:a|one)[ \t]+half\b)"
@@ -137,6 +142,8 @@ _AFTER = re.compile(
     r"at[ \t]+(?:least|most)\b|plus\b(?![ \t]*\d)|max(?:imum)?\b|min(?:imum)?\b))",
     re.IGNORECASE,
 )
+_AFTER_START = frozenset(" \t(+\uff0b-\u00b1")
+"""Characters a match of ``_AFTER`` can start with, besides letters (a cheap pre-test)."""
 # What may stand right before a number and make it no count; matched over the whole text in
 # one pass, keyed by where the marker (and the spaces after it) end.
 _BEFORE = re.compile(
@@ -204,7 +211,8 @@ def _digit_mentions(text: str, marks: dict[int, str | None]) -> list[Number]:
             out.append(Number(s, e, None, "hex"))
             continue
         value, kind = _classify_digits(m.group("body"))
-        after = _DIGITS_AFTER.match(text, e)
+        nxt = text[e : e + 1]
+        after = _DIGITS_AFTER.match(text, e) if nxt and (nxt.isalpha() or nxt in _DIGITS_AFTER_START) else None
         if after is not None:
             what = after.lastgroup
             if what == "glued":
@@ -275,7 +283,8 @@ def _context(
     marked = marks.get(adjusted)
     if marked == "negative":
         return Number(s, e, None, "negative", word)
-    after = _AFTER.match(text, e)
+    nxt = text[e : e + 1]
+    after = _AFTER.match(text, e) if nxt and (nxt.isalpha() or nxt in _AFTER_START) else None
     what = after.lastgroup if after is not None else None
     if what == "plus":
         return Number(s, after.end(), None, "bound", word)  # type: ignore[union-attr]
