@@ -31,6 +31,7 @@ import json
 import math
 import re
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -54,6 +55,7 @@ from countgym.agents.context import KEEP_IMAGES, apply_context_policy
 from countgym.envs import native_tools as NT
 from countgym.envs import templates as T
 from countgym.envs.actions import Answer, Reply, Tag
+from countgym.envs.numbers import read_count
 from countgym.errors import UserError
 
 PolicyKind = Literal["chat", "list", "tiles"]
@@ -330,14 +332,20 @@ def act_many(policies: Sequence[Any], observations: Sequence[dict[str, Any]]) ->
 
 
 # --- reply parsing for the policy-driven arms -----------------------------------------------------
-_ANSWER_RE = re.compile(r"ANSWER\s*:\s*\**\s*(-?\d{1,9})\b", re.IGNORECASE)
+_ANSWER_RE = re.compile(r"ANSWER\s*:[\s*]*", re.IGNORECASE)
 _PAIR_RE = re.compile(r"\[\s*(-?\d+(?:\.\d+)?)\s*,\s*(-?\d+(?:\.\d+)?)\s*\]")
 
 
 def parse_announced(text: str) -> int | None:
-    """The integer of the last ``ANSWER: n`` in a reply, or None."""
-    hits = _ANSWER_RE.findall(text or "")
-    return int(hits[-1]) if hits else None
+    """The count of the last ``ANSWER: n`` line in a reply (the count grammar of
+    ``countgym.envs.numbers``: ``3 or 4``, ``-2``, ``at least 5`` are no count), or None."""
+    text = text if isinstance(text, str) else ""
+    tail = deque(_ANSWER_RE.finditer(text), maxlen=1)
+    if not tail:
+        return None
+    last = tail[0]
+    end = text.find("\n", last.end())
+    return read_count(text, last.end(), end if end >= 0 else len(text))[0]
 
 
 def parse_points(text: str) -> list[tuple[float, float]] | None:

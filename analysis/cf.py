@@ -224,6 +224,8 @@ def judge_ambiguous(
         path = cache / f"{key}.json"
         if path.is_file():
             judged = json.loads(path.read_text(encoding="utf-8"))
+            if isinstance(judged.get("judge_reply"), str):
+                judged["value"] = extract_count(judged["judge_reply"]).value  # today's count grammar
         else:
             # The ChatModel message format: a role and a list of content parts.
             reply = judge.complete([{"role": "user", "content": [{"type": "text", "text": prompt}]}])

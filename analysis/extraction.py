@@ -295,6 +295,9 @@ def _ask(
     if path.is_file():
         try:
             stored = json.loads(path.read_text(encoding="utf-8"))
+            if isinstance(stored.get("reply"), str):
+                # Read again with today's count grammar: a cached "3 or 4" is no answer now.
+                return _read_value(stored["reply"], judge=judge), True
             value = stored.get("value")
             return (value if isinstance(value, int) and not isinstance(value, bool) else None), True
         except (OSError, ValueError, AttributeError):
@@ -321,7 +324,8 @@ def _ask(
 
 
 def _read_value(text: Any, *, judge: bool) -> int | None:
-    """The integer a parser/judge reply states (NaN, several numbers or none: None)."""
+    """The count a parser/judge reply states under the count grammar (``countgym.envs.numbers``;
+    NaN, a range, a bound, a negative, several numbers or none: None)."""
     if judge:
         from countgym.envs.cf_env import extract_count as cf_extract
 

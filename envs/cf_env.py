@@ -32,7 +32,8 @@ from countgym.envs.common import (
     single_step_cell_options,
     stimulus_pool,
 )
-from countgym.envs.extract import Number, scan_numbers, strip_reasoning
+from countgym.envs.extract import strip_reasoning
+from countgym.envs.numbers import Number, count_mentions
 from countgym.envs.rewards import RewardFn, resolve_reward
 from countgym.envs.spaces import ImageSpace, MessageSpace
 from countgym.envs.state import EpisodeState
@@ -156,7 +157,7 @@ class Extraction:
 
 _NONE_RE = re.compile(r"\bnone\b", re.IGNORECASE)
 _ANSWER_HEAD = re.compile(r"\banswer[ \t]*[:=][ \t]*\**[ \t]*", re.IGNORECASE)
-_PRONOUN_ONE = re.compile(r"\b(?:each|every|no|any|the|this|that|which|some|another)\s+(one)\b|\b(one)\s+(?:of|another)\b", re.IGNORECASE)
+_JOIN = re.compile(r"[ \t]*(?:-|\u2013|\u2014|to|or|,[ \t]*or|/|~|and|,)[ \t]*", re.IGNORECASE)
 
 
 def extract_count(
@@ -166,34 +167,65 @@ def extract_count(
     first; several numbers go to the judge).
 
     A reasoning block (``<think>...</think>``) is removed first. ``ANSWER: n`` lines win when
-    present. Otherwise every count in the reply is collected: digits, number words
-    ("three", "twenty-one" -- MCQ options are words), "none", and, given ``attribute`` names,
-    "no legs" (0) and "a single leg" (1). One distinct value is the answer; several incompatible
-    values are no answer (``ambiguous``: the judge step of ``countgym.analysis.cf`` decides
-    those). Numbers are read with the count grammar of ``countgym.envs.extract``: a negative,
-    decimal, exponent, hexadecimal or out-of-range number is not a count (``not_a_count`` when
-    it is the only number, ``ambiguous`` beside others), and neither is a non-string reply.
-    ``options`` (MCQ option words) need no special casing because options are number words; the
-    argument is accepted so a wrapper with option letters can pass them. Linear in the length.
+    they hold a number: each must state exactly one count (``ANSWER: 3 or 4``, ``ANSWER: -1``,
+    ``ANSWER: at least 5`` are ``not_a_count``), and answer lines that disagree are ``ambiguous``. Otherwise every count in the reply is collected:
+    digits, number words ("three", "twenty-one" -- MCQ options are words), "none", and, given
+    ``attribute`` names, "no legs" (0) and "a single leg" (1). One distinct value is the answer;
+    a reply whose numbers are only a range or alternatives (``3-4 legs``, ``three or four``) is
+    ``not_a_count``; several incompatible values otherwise are no answer (``ambiguous``: the
+    judge step of ``countgym.analysis.cf`` decides those, as the paper's Appendix B.2 does).
+    Numbers are read with the count grammar of ``countgym.envs.numbers``: a negative, decimal,
+    exponent, bound, approximate, ambiguously grouped, mixed-script or out-of-range number is not
+    a count (``not_a_count`` when it is the only number, ``ambiguous`` beside others), and neither
+    is a non-string reply. ``options`` (MCQ option words) need no special casing because options
+    are number words; the argument is accepted so a wrapper with option letters can pass them.
+    Linear in the length.
     """
     del options  # number words already cover the MCQ options
     if not isinstance(text, str):
         return Extraction(None, "not_a_count", (), f"not a text reply ({type(text).__name__})")
     body = strip_reasoning(text)
-    numbers = scan_numbers(body)
-    pronoun = {m.start(g) for m in _PRONOUN_ONE.finditer(body) for g in (1, 2) if m.group(g)}
-    numbers = [n for n in numbers if not (n.word and n.start in pronoun and body[n.start : n.end].lower() == "one")]
-    by_start = {n.start: n for n in numbers}
-    answers = [by_start[m.end()] for m in _ANSWER_HEAD.finditer(body) if m.end() in by_start]
-    if answers:
-        return _decide(answers, "answer_line")
+    numbers = count_mentions(body)
+    heads = [m.end() for m in _ANSWER_HEAD.finditer(body)]
+    if heads:
+        # Each ANSWER span (to the next ANSWER or the end of its line) must state one count;
+        # answer lines that disagree are several numbers (the judge's case).
+        stated: list[Number] = []
+        for k, start in enumerate(heads):
+            stop = body.find("\n", start)
+            stop = len(body) if stop < 0 else stop
+            if k + 1 < len(heads):
+                stop = min(stop, heads[k + 1])
+            span = [n for n in numbers if start <= n.start < stop]
+            if not span:
+                continue
+            ex = _decide(span, "answer_line")
+            if ex.value is None:
+                if ex.reason == "ambiguous":
+                    shown = ", ".join(map(str, ex.numbers))
+                    return Extraction(None, "not_a_count", ex.numbers, f"several numbers in one answer line ({shown})")
+                return ex
+            stated.extend(span)
+        if stated:
+            return _decide(stated, "answer_line")
     found: list[Number] = list(numbers)
     found += [Number(m.start(), m.end(), 0, "count", True) for m in _NONE_RE.finditer(body)]
     found += _attribute_counts(body, attribute)
     if not found:
         return Extraction(None, "no_number")
     found.sort(key=lambda n: n.start)
-    return _decide(found, "number")
+    ex = _decide(found, "number")
+    if ex.reason == "ambiguous" and _only_alternatives(body, found):
+        shown = ", ".join(map(str, ex.numbers))
+        return Extraction(None, "not_a_count", ex.numbers, f"a range or alternatives ({shown})")
+    return ex
+
+
+def _only_alternatives(body: str, found: Sequence[Number]) -> bool:
+    """True when the reply's numbers are one run joined only by ``-``, ``to``, ``or``, ``/``, ``,``."""
+    return len(found) >= 2 and all(
+        _JOIN.fullmatch(body, a.end, b.start) is not None for a, b in zip(found, found[1:], strict=False)
+    )
 
 
 def _decide(found: Sequence[Number], reason: str) -> Extraction:

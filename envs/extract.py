@@ -1,12 +1,11 @@
 """Reading one count out of a free-text reply: the count grammar of every task, and the rules
 of the single-step video environment (*CountVideoBench*, Section 5.1).
 
-**The count grammar** (one definition for all tasks; ``scan_numbers``, ``parse_count``). A count
-is a whole number written with digits (``12``, ``1,000``) or in words (``zero`` ... ``nineteen``,
-the tens, ``twenty-one``, ``a hundred``, ``one hundred and five``), from 0 to ``MAX_COUNT``.
-Not a count, and recorded as such: a negative number (``-1``), a decimal (``7.5``), an exponent
-(``1e20``), a hexadecimal number (``0x10``), a number above ``MAX_COUNT`` and anything that is not
-a string. Digits glued to letters (``3D``, ``10s``, ``1st``) are not a number mention at all.
+**The count grammar** is ``countgym.envs.numbers`` (re-exported here: ``scan_numbers``,
+``parse_count``, ``MAX_COUNT``): a count is the exact whole number a reply states, in digits of
+one script or in English number words up to a million; negatives in any notation, decimals,
+exponents, ambiguous thousands separators, fractions, percentages, bounds, approximations,
+mixed-script digits and digits broken by invisible characters are no count.
 
 **The video rules.** CountVideoBench extracts "the integer when one can be unambiguously
 identified and NaN otherwise" (Section 5.1), with a model parser for the free-form replies. The
@@ -23,9 +22,11 @@ can go to the optional model parser at audit time (``countgym audit --parser MOD
    cubes).
 3. ``ANSWER:`` lines (also ``Final answer:``) win; the last one decides: exactly one count in it.
 4. Otherwise the last count in a total or final phrase (``in total there are 23``, ``a total of
-   23``, ``the answer is 23``, ``23 ... altogether``) decides.
+   23``, ``the answer is 23``, ``23 ... altogether``) decides; so does a conclusion that ends the
+   reply, after arithmetic or a tally (``..., so 24.``, ``therefore 24``, ``10 + 14 = 24``).
 5. Otherwise the counts bound to the queried object (``23 red cubes``, ``no red cubes``; a bare
-   ``None.`` is 0) decide when they agree; per-frame tallies that disagree are no answer.
+   ``None.`` is 0) decide when they agree, together with per-frame tallies that leave the noun
+   out (``Frame 2 shows 11, frame 9 shows 13 red cubes``): tallies that disagree are no answer.
 6. Otherwise the remaining numbers decide when they agree (``23.``); several incompatible values,
    a bound (``more than 20``, ``20+``) or a number that is not a count (``7.5``) is no answer.
 7. With ``options`` (MCQ), a run of three or more options in a row is an echo of the option list
@@ -39,120 +40,21 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-MAX_COUNT = 1_000_000
-"""The largest count any task accepts; a larger number is recorded as out of range."""
-_MAX_DIGITS = len(str(MAX_COUNT))
-
-NumberKind = Literal["count", "negative", "decimal", "exponent", "hex", "out_of_range"]
-
-_UNITS = {
-    "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
-    "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13,
-    "fourteen": 14, "fifteen": 15, "sixteen": 16, "seventeen": 17, "eighteen": 18,
-    "nineteen": 19,
-}  # fmt: skip
-_TENS = {
-    "twenty": 20, "thirty": 30, "forty": 40, "fourty": 40, "fifty": 50, "sixty": 60,
-    "seventy": 70, "eighty": 80, "ninety": 90,
-}  # fmt: skip
-_ORDINAL_WORDS = (
-    "first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|"
-    "thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|"
-    "thirtieth|fortieth|fiftieth|hundredth"
+from countgym.envs.numbers import (
+    MAX_COUNT,
+    Number,
+    NumberKind,
+    parse_count,
+    pronoun_ones,
+    scan_numbers,
 )
-_UNIT_RE = "|".join(sorted(_UNITS, key=len, reverse=True))
-_TENS_RE = "|".join(sorted(_TENS, key=len, reverse=True))
-_BELOW_100 = rf"(?:(?:{_TENS_RE})(?:[ \t-]+(?:{_UNIT_RE}))?|(?:{_UNIT_RE}))"
-# One scanner for every number mention: a hex literal, a (signed, decimal, exponent) digit
-# token with what is glued to it, or a number-word phrase. Each alternative is anchored on a
-# token start and never backtracks over more than its own token, so ``finditer`` is linear.
-_NUMBER = re.compile(
-    r"(?P<hex>(?<![\w.])0[xX][0-9a-fA-F]+\b)"
-    r"|(?P<num>(?:(?<![\w.\-+])(?P<sign>[-+\u2212]))?(?<![\w.])"
-    r"(?P<int>(?<!\d,)\d{1,3}(?:,\d{3})++(?![\d,])|\d+)(?P<frac>\.\d+)?(?P<exp>[eE][-+]?\d+)?)"
-    r"(?P<glued>[^\W\d]\w*|\d\w*)?"
-    rf"|(?P<word>\b(?:(?:a|one|{_UNIT_RE})[ \t-]+hundred(?:[ \t-]+(?:and[ \t-]+)?{_BELOW_100})?"
-    rf"|{_BELOW_100})\b)",
-    re.IGNORECASE,
-)
-_ORDINAL_SUFFIX = re.compile(r"(?:st|nd|rd|th)$", re.IGNORECASE)
-_ORDINAL_AFTER = re.compile(rf"[ \t-]*(?:{_ORDINAL_WORDS})\b", re.IGNORECASE)
 
-
-@dataclass(frozen=True)
-class Number:
-    """One number mention: where it is, its value when it is a count, and its kind."""
-
-    start: int
-    end: int
-    value: int | None
-    """The count (None unless ``kind == "count"``)."""
-    kind: NumberKind
-    word: bool = False
-    """Written in words."""
-
-
-def parse_count(token: Any) -> tuple[int | None, NumberKind | str]:
-    """One token under the count grammar: ``(value, "count")`` or ``(None, why)``.
-
-    Accepts an ``int`` (not a bool) or a string holding exactly one number mention."""
-    if isinstance(token, bool) or not isinstance(token, int | str):
-        return None, f"not a count ({type(token).__name__})"
-    if isinstance(token, int):
-        return (token, "count") if 0 <= token <= MAX_COUNT else (None, "negative" if token < 0 else "out_of_range")
-    text = token.strip()
-    found = scan_numbers(text)
-    if len(found) != 1 or found[0].start != 0 or found[0].end != len(text):
-        return None, "not a count"
-    return found[0].value, found[0].kind
-
-
-def scan_numbers(text: str) -> list[Number]:
-    """Every number mention in ``text``, in order (see the module's grammar). Linear time."""
-    out: list[Number] = []
-    for m in _NUMBER.finditer(text):
-        if m.group("hex"):
-            out.append(Number(m.start(), m.end(), None, "hex"))
-            continue
-        if m.group("word"):
-            if _ORDINAL_AFTER.match(text, m.end()) and "-" in text[m.end() : m.end() + 1]:
-                continue  # "twenty-first"
-            out.append(Number(m.start(), m.end(), _word_value(m.group("word")), "count", True))
-            continue
-        glued = m.group("glued")
-        if glued and not (m.group("exp") and glued.isdigit()):
-            continue  # "3D", "10s", "1st": not a number mention
-        digits = m.group("int").replace(",", "")
-        kind: NumberKind = "count"
-        if m.group("sign") in ("-", "\u2212"):
-            kind = "negative"
-        elif m.group("exp"):
-            kind = "exponent"
-        elif m.group("frac"):
-            kind = "decimal"
-        elif len(digits.lstrip("0")) > _MAX_DIGITS or int(digits) > MAX_COUNT:
-            kind = "out_of_range"  # the length test first: int() of a huge string is slow
-        value = int(digits) if kind == "count" else None
-        out.append(Number(m.start(), m.end(), value, kind))
-    return out
-
-
-def _word_value(phrase: str) -> int:
-    words = [w for w in re.split(r"[ \t-]+", phrase.lower()) if w and w != "and"]
-    total, current = 0, 0
-    for w in words:
-        if w == "hundred":
-            total += max(current, 1) * 100
-            current = 0
-        elif w == "a":
-            current = 1
-        elif w in _TENS:
-            current += _TENS[w]
-        else:
-            current += _UNITS[w]
-    return total + current
+__all__ = [
+    "MAX_COUNT", "ExtractResult", "Number", "NumberKind", "Target", "extract_count", "parse_count",
+    "scan_numbers", "strip_reasoning", "target_from_question",
+]
 
 
 # =========================================================================== the video rules
@@ -196,11 +98,8 @@ _SHAPE_NOUNS = frozenset(
 _THINK = re.compile(r"<think>.*?(?:</think>|$)", re.IGNORECASE | re.DOTALL)
 _ANSWER_LINE = re.compile(r"\b(?:final\s+)?answer\b[ \t]*(?:is[ \t]*)?[:=][ \t]*([^\n]*)", re.IGNORECASE)
 _LIST_MARKER = re.compile(r"^[ \t]*\d+[.)][ \t]+\S", re.MULTILINE)
-_PRONOUN_ONE = re.compile(
-    r"\b(?:each|every|no|any|the|this|that|which|some|another)\s+(one)\b|\b(one)\s+(?:of|another|by|after)\b",
-    re.IGNORECASE,
-)
 _WINDOW = 48
+_EMPHASIS = re.compile(r"(?<!\d)\*\*|\*\*(?!\d)")  # markdown bold, not "10**2"
 _UNIT_AFTER = re.compile(
     r"[ \t]*(?:-[ \t]*)?(?:sampled[ \t]+|video[ \t]+|different[ \t]+|key[ \t]*)?(?:frames?|seconds?|secs?|s\b|minutes?|mins?|"
     r"ms\b|fps|hz|%|percent|per[ \t]?cent|degrees?|\u00b0|times|x\b|px|pixels?|rows?|columns?|"
@@ -231,6 +130,17 @@ _TOTAL_AFTER = re.compile(
     r"(?:[ \t]+[a-z-]+){0,4}?[ \t]*,?[ \t]*(?:in[ \t]+total|altogether|in[ \t]+all|overall|total)\b",
     re.IGNORECASE,
 )
+_TALLY_BEFORE = re.compile(
+    r"\bframes?[ \t]*(?:#|no\.)?[ \t]*\d+[ \t]*[:,\-\u2013]?[ \t]*(?:(?:it[ \t]+|i[ \t]+)?(?:shows?|has|have|contains?|"
+    r"displays?|reveals?|includes?|see|count)|there[ \t]+(?:are|is|were))?[ \t]*(?:only[ \t]+|exactly[ \t]+)?$",
+    re.IGNORECASE,
+)
+_CONCLUSION_BEFORE = re.compile(
+    r"(?:\b(?:so|therefore|thus|hence|which[ \t]+(?:makes|gives|is)|that[ \t]+(?:makes|gives|is)|making|giving)"
+    r"|(?<![<>!=])=)[ \t]*,?[ \t]*(?:there[ \t]+(?:are|is|were)[ \t]+)?(?:exactly[ \t]+|only[ \t]+)?$",
+    re.IGNORECASE,
+)
+_CONCLUSION_WORDS = ("so", "therefore", "thus", "hence", "makes", "gives", "making", "giving", "which is", "that is", "=")
 _BOUND_WORDS = ("than", "least", "most", "over", "under", "up", "above", "below")
 _TOTAL_WORDS = ("total", "all", "overall", "answer", "count", "sum", "number", "tally")
 _QUESTION_OBJECT = re.compile(
@@ -249,6 +159,10 @@ class _Mention:
     noun: str = "none"
     """``target``, ``other``, ``generic`` or ``none``: the noun the number counts."""
     total: bool = False
+    tally: bool = False
+    """A per-frame tally with the noun left out (``frame 2 shows 11``)."""
+    conclusion: bool = False
+    """After a conclusion word or an equals sign (``..., so 24``, ``10 + 14 = 24``)."""
 
     @property
     def value(self) -> int | None:
@@ -285,10 +199,14 @@ def extract_count(
     mentions = _mentions(body, options, target)
     live = [m for m in mentions if not m.ignored]
     totals = [m for m in live if m.total and m.noun in ("target", "none")]
+    if live and live[-1].conclusion and live[-1].noun in ("target", "none"):
+        totals.append(live[-1])  # the reply ends on a conclusion: "..., so 24."
     if totals:
         return _decide_plain([totals[-1]], options, where="total phrase", empty="")
     bound = [m for m in live if m.noun == "target"]
     if bound:
+        # Per-frame tallies that leave the noun out count the same object.
+        bound = [m for m in live if m.noun == "target" or (m.tally and m.noun == "none")]
         return _decide_plain(bound, options, where="counts of the queried object", empty="")
     rest = [m for m in live if m.noun != "other"]
     if not rest and any(m.noun == "other" for m in live):
@@ -318,7 +236,7 @@ def strip_reasoning(text: str) -> str:
 
 def _clean(text: str, question: str | None) -> str:
     body = strip_reasoning(text)
-    body = body.replace("**", "").replace("__", "").replace("`", "")
+    body = _EMPHASIS.sub("", body).replace("__", "").replace("`", "")
     if question:
         words = [re.escape(w) for w in question.split()]
         if words:
@@ -329,7 +247,7 @@ def _clean(text: str, question: str | None) -> str:
 def _mentions(
     text: str, options: Sequence[int] | None, target: Target | None, span: tuple[int, int] | None = None
 ) -> list[_Mention]:
-    pronoun = {m.start(g) for m in _PRONOUN_ONE.finditer(text) for g in (1, 2) if m.group(g)}
+    pronoun = pronoun_ones(text)
     markers = {m.start() + len(m.group(0)) - len(m.group(0).lstrip()) for m in _LIST_MARKER.finditer(text)}
     out: list[_Mention] = []
     prev_index_end = -1
@@ -368,7 +286,10 @@ def _mentions(
             or (("total" in low_after or "all" in low_after) and _TOTAL_AFTER.match(after))
         )
         bound = any(k in low for k in _BOUND_WORDS) and bool(_BOUND_BEFORE.search(before[-22:]))
-        out.append(_Mention(n, bound=bound, noun=noun, total=total))
+        near = low[-32:]
+        tally = noun == "none" and "frame" in low and bool(_TALLY_BEFORE.search(before[-40:]))
+        conclusion = any(k in near for k in _CONCLUSION_WORDS) and bool(_CONCLUSION_BEFORE.search(before[-32:]))
+        out.append(_Mention(n, bound=bound, noun=noun, total=total, tally=tally, conclusion=conclusion))
     # "20-25 red cubes", "4 or 5 red cubes": a range or hedge counts the noun after its last number.
     for i in range(len(out) - 2, -1, -1):
         a, b = out[i], out[i + 1]
@@ -376,7 +297,7 @@ def _mentions(
             a.noun == "none" and b.noun != "none" and not a.ignored and not b.ignored
             and _HEDGE_JOIN.fullmatch(text[a.number.end : b.number.start])
         ):
-            out[i] = _Mention(a.number, bound=a.bound, noun=b.noun, total=a.total)
+            out[i] = _Mention(a.number, bound=a.bound, noun=b.noun, total=a.total, conclusion=a.conclusion)
     if target is not None and span is None:
         out.extend(_no_target(text, target))
         out.sort(key=lambda m: m.number.start)

@@ -4,10 +4,12 @@ Model output is untrusted: ``parse_action`` never raises on any string. Rules (A
 the last JSON action in the reply wins; code fences are tolerated; a truncated tag/erase call is
 salvaged by extracting its ``[x, y]`` pairs; points outside [-5, 1005] are dropped and the rest
 clipped to [0, 1000]; non-numeric, NaN and infinite coordinates are dropped; a final
-``ANSWER: <integer>`` line counts as an answer when no JSON action is present. Counts follow the
-count grammar of ``countgym.envs.extract`` (a whole number from 0 to ``MAX_COUNT``; negative,
-decimal, exponent and hexadecimal numbers, and non-integer JSON values, are invalid). Parsing is
-linear in the reply's length.
+``ANSWER: <count>`` line counts as an answer when no JSON action is present: the rest of the last
+such line must state exactly one count (``ANSWER: one hundred and five`` is 105; ``3 or 4``,
+``3-4``, ``at least 5``, ``1 000``, ``-1`` are invalid). Counts follow the count grammar of
+``countgym.envs.numbers`` (a JSON ``count`` is an integer from 0 to ``MAX_COUNT`` or a string
+that is exactly one count; floats, booleans and everything else are invalid). Parsing is linear
+in the reply's length.
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ import bisect
 import json
 import math
 import re
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import ValidationError
 
 from countgym.envs.actions import ACTION_ADAPTER, TOOLS, Answer, Crop, Erase, Grid, Reply, Tag
-from countgym.envs.extract import MAX_COUNT, parse_count
+from countgym.envs.numbers import MAX_COUNT, parse_count, read_count
 
 COORD_MIN, COORD_MAX = -5.0, 1005.0
 MAX_REPLY_CHARS = 200_000
@@ -32,7 +35,7 @@ _FENCE = re.compile(r"```[a-zA-Z0-9_-]*")
 _PAIR = re.compile(r"\[\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*,\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*\]")
 _TOOL_TAG = re.compile(r'"tool"\s*:\s*"(tag|erase)"')
 _REPLACE = re.compile(r'"mode"\s*:\s*"replace"')
-_ANSWER = re.compile(r"ANSWER\s*[:=]\s*\**\s*([^\s*]*)", re.IGNORECASE)
+_ANSWER = re.compile(r"ANSWER\s*[:=][\s*]*", re.IGNORECASE)
 _BRACE = re.compile(r"[{}]")
 _TOOL_KEY = re.compile(r'"tool"')
 
@@ -78,9 +81,15 @@ def _parse(reply: Any, tools: tuple[str, ...]) -> ParseResult:
     salvaged = _salvage(text)
     if salvaged is not None:
         return _from_obj(salvaged, tools, salvaged=True)
-    answers = _ANSWER.findall(text)
-    if answers:
-        return _from_obj({"tool": "answer", "count": answers[-1].rstrip(".,;!")}, tools, salvaged=False)
+    tail = deque(_ANSWER.finditer(text), maxlen=1)
+    if tail:
+        last = tail[0]
+        # The rest of the last ANSWER line is the answer span: it must state exactly one count.
+        end = text.find("\n", last.end())
+        value, why = read_count(text, last.end(), end if end >= 0 else len(text))
+        if value is None:
+            return ParseResult(None, f"answer count must be a whole number from 0 to {MAX_COUNT} ({why})")
+        return ParseResult(Answer(count=value))
     return ParseResult(None, "no JSON action found")
 
 

@@ -393,7 +393,8 @@ def test_parse_points_and_answer() -> None:
     assert parse_points('{"points": []}') == []
     assert parse_announced("a\nANSWER: 12\n") == 12
     assert parse_announced("ANSWER: 3\nActually ANSWER: **4**") == 4
-    assert parse_announced("answer: -2") == -2
+    assert parse_announced("answer: -2") is None  # the count grammar: a negative is no count
+    assert parse_announced("ANSWER: 3 or 4") is None and parse_announced("ANSWER: twenty one") == 21
     assert parse_announced("no number") is None
 
 

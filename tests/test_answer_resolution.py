@@ -128,7 +128,7 @@ def test_an_unreachable_judge_cannot_stall_the_audit(
         port = s.getsockname()[1]
     provider = {"model": "openai/gone", "api_base": f"http://127.0.0.1:{port}/v1"}
     spec = CellSpec(dataset=str(cf_data), agent="cf-oe", model="openai/gone")
-    run_cell(spec, tmp_path / "runs", policy_factory=_replier("3 or 5", provider), progress=False)
+    run_cell(spec, tmp_path / "runs", policy_factory=_replier("3, maybe 5", provider), progress=False)
     start = time.monotonic()
     assert main(["audit", str(tmp_path / "runs"), "--out", str(tmp_path / "a"), "--viewer-episodes", "0",
                  "--judge", "same", "--judge-option", f"api_base={provider['api_base']}"]) == 0
@@ -140,7 +140,7 @@ def test_an_unreachable_judge_cannot_stall_the_audit(
 
 def test_a_scripted_policy_has_no_judge(tmp_path: Path, cf_data: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec = CellSpec(dataset=str(cf_data), agent="cf-oe", model="my-rules")
-    run_cell(spec, tmp_path / "runs", policy_factory=_replier("3 or 5"), progress=False)
+    run_cell(spec, tmp_path / "runs", policy_factory=_replier("3, maybe 5"), progress=False)
     assert main(["audit", str(tmp_path / "runs"), "--out", str(tmp_path / "a"), "--viewer-episodes", "0",
                  "--judge", "same"]) == 0
     assert "cannot judge" in capsys.readouterr().err

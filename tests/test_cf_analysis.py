@@ -30,7 +30,7 @@ BASELINE = {
     "dog-3-factual": "4", "dog-3-cf": "4",            # correct, biased
     "cat-1-factual": "2", "cat-1-cf": "1",            # correct, correct
     "bird-1-factual": "3", "bird-1-cf": "two",        # wrong, biased
-    "spider-6-factual": "8", "spider-6-cf": "maybe 7 or 9",  # correct, no answer
+    "spider-6-factual": "8", "spider-6-cf": "maybe 7, maybe 9",  # correct, no answer
 }
 CUE = {"dog-3-cf": "3", "cat-1-cf": "1", "bird-1-cf": "2", "spider-6-cf": "6"}
 
@@ -125,7 +125,7 @@ def test_judge_resolves_several_numbers_and_caches(tmp_path: Path, cf4: Dataset,
     assert judge.calls == 1
     prompt = judge.prompts[0]
     assert prompt.startswith("Question: How many legs does this spider have? Choose one of the following options:")
-    assert "Model response: 'maybe 7 or 9' The correct answer to this question is 6." in prompt
+    assert "Model response: 'maybe 7, maybe 9' The correct answer to this question is 6." in prompt
     assert prompt.endswith("Reply with only a single digit, nothing else.")
     row = out[out.stimulus_id == "spider-6-cf"].iloc[0]
     assert (row.answer, row.method, row.outcome) == (7, "judge", "other")

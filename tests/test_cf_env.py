@@ -203,7 +203,7 @@ def test_cli_generic_run_with_unknown_category_exits_2_with_one_line(
         ("None", 0, "number"),
         ("The unicorn has a single horn", 1, "number"),
         ("A spider has 8 legs, but this one has 7.", None, "ambiguous"),
-        ("three or four", None, "ambiguous"),
+        ("three or four", None, "not_a_count"),  # alternatives state no count: not sent to the judge
         ("ANSWER: 3 ... ANSWER: 4", None, "ambiguous"),
         ("I cannot tell.", None, "no_number"),
         ("", None, "no_number"),
@@ -252,10 +252,13 @@ def test_episode_records_reply_extraction_and_truth_after_the_end(cf_small: Data
     _, reward, *_, info = env.step("The dog has 3 legs.")
     assert reward == 1.0 and info["outcome"] == "correct"
     env.reset(options={"stimulus_id": "dog-3-cf"})
-    *_, info = env.step("three or four")
+    *_, info = env.step("Dogs have four legs; this one has three.")
     rec = env.episode_record()
     assert info["outcome"] == "no_answer" and rec.end == "invalid" and rec.answer is None
     assert rec.steps[0].action is None and rec.steps[0].parse_error.startswith("ambiguous")
+    env.reset(options={"stimulus_id": "dog-3-cf"})
+    *_, info = env.step("three or four")  # alternatives: no count, and nothing for the judge
+    assert info["outcome"] == "no_answer" and env.episode_record().steps[0].parse_error.startswith("not_a_count")
     env.reset(options={"stimulus_id": "dog-3-factual"})
     _, reward, *_, info = env.step("4")
     assert reward == 1.0 and info["outcome"] == "correct"

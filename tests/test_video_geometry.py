@@ -264,7 +264,7 @@ def _digest(g: geo.SceneGeometry) -> str:
 
 
 # Videos of the design whose first camera-key draw left one object out of every rendered frame
-# (found with the geometry sampler before the visibility check existed).
+# under the appendix-euler reading (found before the visibility check existed).
 UNSEEN_BEFORE_CHECK = [
     (18, "sphere", "yellow", 1053835399038026787),
     (30, "cube", "red", 3067794802492397980),
@@ -276,8 +276,11 @@ UNSEEN_BEFORE_CHECK = [
 @pytest.mark.slow
 @pytest.mark.parametrize(("n", "shape", "color", "seed"), UNSEEN_BEFORE_CHECK)
 def test_visibility_check_shows_every_object(n: int, shape: str, color: str, seed: int) -> None:
-    """Section 4.3: every object is visible in at least some frames (its origin in [0, 1]^2)."""
-    g = geo.generate_geometry(n, shape, color, seed)
+    """Section 4.3: every object is visible in at least some frames (its origin in [0, 1]^2).
+    The list was found under the appendix-euler reading; base-pan passes the check too."""
+    pan = geo.generate_geometry(n, shape, color, seed)
+    assert pan.reading == "base-pan" and pan.in_frame().any(axis=0).all()
+    g = geo.generate_geometry(n, shape, color, seed, reading="appendix-euler")
     assert g.camera_attempts > 1
     assert g.in_frame().any(axis=0).all()
     assert g.visibility()["objects_unseen_in_rendered"] == 0
@@ -296,14 +299,44 @@ def test_visibility_check_keeps_passing_first_draws() -> None:
 
 @pytest.mark.slow
 def test_origin_height_is_a_diagnostic_only() -> None:
-    """The ground truth tests the objects' origins (height 1); other heights are diagnostics
-    (the calibration's readings)."""
-    g = geo.generate_geometry(50, "cube", "red", 11)
-    assert np.array_equal(g.in_frame(), g.in_frame(origin_height=geo.OBJECT_HEIGHT))
-    assert np.array_equal(g.centres()[:, 2], np.ones(g.n))
-    leaving = {h: int((~g.in_frame(origin_height=h).all(axis=0)).sum()) for h in (0.0, 1.0)}
-    assert leaving[1.0] == g.visibility()["objects_leaving_frame"]
-    assert leaving[0.0] != leaving[1.0]
+    """The ground truth tests the objects' origins (the reading's height: 0 for base-pan, 1 for
+    appendix-euler); other heights are diagnostics (the calibration's readings)."""
+    for reading, height in (("base-pan", 0.0), ("appendix-euler", 1.0)):
+        g = geo.generate_geometry(50, "cube", "red", 11, reading=reading)
+        assert g.origin_height == height
+        assert np.array_equal(g.in_frame(), g.in_frame(origin_height=height))
+        assert np.array_equal(g.centres()[:, 2], np.full(g.n, height))
+        leaving = {h: int((~g.in_frame(origin_height=h).all(axis=0)).sum()) for h in (0.0, 1.0)}
+        assert leaving[height] == g.visibility()["objects_leaving_frame"]
+        assert leaving[0.0] != leaving[1.0]
+
+
+def test_readings_share_the_placement_and_differ_in_the_camera() -> None:
+    """base-pan and appendix-euler: the same pose, region, objects and camera keys (when both
+    pass the visibility check first time); the azimuth offset is a pan about the camera's own up
+    axis in one and a turn about the world vertical in the other."""
+    a = geo.generate_geometry(20, "cube", "blue", 7, reading="appendix-euler")
+    b = geo.generate_geometry(20, "cube", "blue", 7, reading="base-pan")
+    assert a.camera_attempts == b.camera_attempts == 1
+    assert _digest(a) == _digest(b)
+    assert np.array_equal(geo.with_reading(b, "appendix-euler").in_frame(), a.in_frame())
+    for f in (1, 21, 77, 170, 200):
+        rx, rz = b.euler([f])[0]
+        pan = b.pan([f])[0]
+        assert rz == pytest.approx(math.radians(b.pose.azimuth_deg) + math.pi / 2)
+        cp, sp = math.cos(pan), math.sin(pan)
+        ry = np.array([[cp, 0, sp], [0, 1, 0], [-sp, 0, cp]])
+        np.testing.assert_allclose(b.rotation(f), geo.euler_to_matrix(rx, rz) @ ry, atol=1e-12)
+        np.testing.assert_allclose(b.rotations([f])[0], b.rotation(f), atol=1e-12)
+        ax, az = a.euler([f])[0]
+        assert a.pan([f])[0] == 0.0
+        np.testing.assert_allclose(a.rotation(f), geo.euler_to_matrix(ax, az), atol=1e-12)
+    # At keyframes the pan equals the drawn offset; it turns the view about the camera's up axis.
+    assert b.pan([50])[0] == pytest.approx(math.radians(b.azimuth_offsets_deg[1]))
+    up = b.rotation(50)[:, 1]
+    np.testing.assert_allclose(up, geo.euler_to_matrix(*b.euler([50])[0])[:, 1], atol=1e-12)
+    with pytest.raises(ValueError, match="reading"):
+        geo.generate_geometry(20, "cube", "blue", 7, reading="tilt")
 
 
 @pytest.mark.slow
@@ -313,16 +346,21 @@ def test_calibration_reports_leaving_by_origin_height(capsys: pytest.CaptureFixt
     from countgym.scenes.video import calibrate
 
     calibrate.main(
-        ["--caps", "1250", "--videos", "13", "--workers", "1", "--origin-heights", "0", "1"]
+        ["--caps", "1250", "--videos", "13", "--workers", "1", "--origin-heights", "0", "1",
+         "--readings", "appendix-euler", "base-pan"]
     )
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert lines[0]["paper"]["leaving_per_video"] == 3.29
-    row = lines[1]
-    assert row["videos"] == 13
-    by_h = row["leaving_by_origin_height"]
+    euler, pan = lines[1], lines[2]
+    assert (euler["reading"], pan["reading"]) == ("appendix-euler", "base-pan")
+    assert euler["videos"] == pan["videos"] == 13
+    by_h = euler["leaving_by_origin_height"]
     assert set(by_h) == {"0", "1"}
-    assert by_h["1"] == [row["share_leaving"], row["leaving_per_video"]]
+    assert by_h["1"] == [euler["share_leaving"], euler["leaving_per_video"]]
     assert by_h["0"][1] < by_h["1"][1]
+    assert pan["leaving_by_origin_height"]["0"] == [pan["share_leaving"], pan["leaving_per_video"]]
+    # The readings share pose and placement: the polar statistics are the same.
+    assert all(euler[k] == pan[k] for k in ("polar_min", "polar_mean", "polar_std", "mean_pose_attempts"))
 
 
 def test_calibration_rejects_a_bad_height() -> None:
@@ -352,7 +390,10 @@ def test_blender_scene_visibility_matches_the_ground_truth(n: int, shape: str, s
         cam = scene.camera.evaluated_get(dg)
         row = []
         for o in objs:
-            c = world_to_camera_view(scene, cam, o.evaluated_get(dg).matrix_world.translation)
+            # The reading's origin: the object's centre, or the point below it on its base.
+            origin = o.evaluated_get(dg).matrix_world.translation.copy()
+            origin.z -= geo.OBJECT_HEIGHT - g.origin_height
+            c = world_to_camera_view(scene, cam, origin)
             row.append(bool(c.z > 0 and 0 <= c.x <= 1 and 0 <= c.y <= 1))
         seen.append(row)
     np.testing.assert_array_equal(np.array(seen), g.in_frame())

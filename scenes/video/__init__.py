@@ -18,11 +18,14 @@ from .dataset import (
 )
 from .geometry import (
     CANDIDATE_CAP,
+    READING,
+    READINGS,
     RENDERED_FRAMES,
     SAMPLED_FRAMES,
     CameraPose,
     SceneGeometry,
     generate_geometry,
+    with_reading,
 )
 from .released import load_released_countvideo
 from .specs import (
@@ -45,6 +48,8 @@ __all__ = [
     "CLASSES",
     "COLORS",
     "GENERATOR_VERSION",
+    "READING",
+    "READINGS",
     "RENDERED_FRAMES",
     "RENDERERS",
     "SAMPLED_FRAMES",
@@ -62,4 +67,5 @@ __all__ = [
     "select_specs",
     "video_geometry",
     "video_seed",
+    "with_reading",
 ]

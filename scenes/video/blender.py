@@ -273,14 +273,17 @@ def _camera(bpy: Any, scene: Any, geom: SceneGeometry) -> None:
     scene.collection.objects.link(obj)
     scene.camera = obj
     obj.location = tuple(float(v) for v in geom.pose.position)
-    obj.rotation_mode = "XYZ"
+    pan = geom.reading != "appendix-euler"
+    # base-pan: mode YXZ applies Y first, so R = Rz Rx Ry: the azimuth offset pans the camera
+    # about its own up axis. appendix-euler: the offset is added to Euler Z (mode XYZ).
+    obj.rotation_mode = "YXZ" if pan else "XYZ"
     for k, e, a in zip(
         KEYFRAMES, geom.elevation_offsets_deg, geom.azimuth_offsets_deg, strict=True
     ):
         obj.rotation_euler = (
             math.radians(geom.pose.polar_deg + float(e)),
-            0.0,
-            math.radians(geom.pose.azimuth_deg + float(a)) + math.pi / 2,
+            math.radians(float(a)) if pan else 0.0,
+            math.radians(geom.pose.azimuth_deg + (0.0 if pan else float(a))) + math.pi / 2,
         )
         obj.keyframe_insert(data_path="rotation_euler", frame=k)
     for fc in _fcurves(obj):
@@ -313,6 +316,9 @@ def _objects(bpy: Any, scene: Any, geom: SceneGeometry, bevel_segments: int) -> 
         bpy.ops.mesh.primitive_uv_sphere_add(segments=64, ring_count=32, radius=SPHERE_RADIUS)
     proto = bpy.context.active_object
     mesh = proto.data
+    # Mesh origins stay at the objects' centres in every reading: Blender centres primitive
+    # rigid-body shapes (BOX) on the origin, so an origin at the base would sink the shape half
+    # into the ground. The base-pan reading's origin is the point OBJECT_HEIGHT below it.
     if not cube:
         for poly in mesh.polygons:
             poly.use_smooth = True

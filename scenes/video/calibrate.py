@@ -8,7 +8,9 @@ an evenly spread part of it), so the cap can be chosen and the choice re-checked
 
     python -m countgym.scenes.video.calibrate --caps 2000 4000 8000 --videos 520
 
-``--origin-heights 0 0.5 1`` adds, for the same videos (placement and camera unchanged), the
+``--readings base-pan appendix-euler`` measures each reading of the camera offsets and object
+origins (``geometry.READINGS``); ``--seed-offsets 0 1 2`` repeats the design with independent
+seeds. ``--origin-heights 0 0.5 1`` adds, for the same videos (placement and camera unchanged), the
 leaving-frame figures measured with the tested points at those heights instead of the objects'
 origins (height 1): a diagnostic of the gap to the paper's leaving-frame figures.
 
@@ -25,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from .geometry import generate_geometry
+from .geometry import READING, READINGS, generate_geometry, with_reading
 from .specs import VideoSpec, design, spread, video_seed
 
 PAPER = {
@@ -45,6 +47,8 @@ class CalibrationStats:
 
     cap: int
     videos: int
+    reading: str
+    seed_offset: int
     polar_min: float
     polar_max: float
     polar_mean: float
@@ -62,21 +66,26 @@ class CalibrationStats:
 
 
 def _one(
-    task: tuple[VideoSpec, int, int, tuple[float, ...]],
-) -> tuple[float, int, int, int, int, tuple[int, ...]]:
-    spec, cap, offset, heights = task
-    g = generate_geometry(
-        spec.n, spec.shape, spec.color, video_seed(spec, offset), candidate_cap=cap
+    task: tuple[VideoSpec, int, int, tuple[float, ...], tuple[str, ...]],
+) -> list[tuple[float, int, int, int, int, tuple[int, ...]]]:
+    """One video's figures under each reading (placed once: the readings share it)."""
+    spec, cap, offset, heights, readings = task
+    first = generate_geometry(
+        spec.n, spec.shape, spec.color, video_seed(spec, offset), candidate_cap=cap, reading=readings[0]
     )
-    vis = g.visibility()
-    return (
-        g.pose.polar_deg,
-        vis["objects_leaving_frame"],
-        g.pose_attempts,
-        vis["objects_unseen_in_rendered"],
-        int(g.camera_attempts > 1),
-        tuple(int((~g.in_frame(origin_height=h).all(axis=0)).sum()) for h in heights),
-    )
+    out = []
+    for reading in readings:
+        g = first if reading == readings[0] else with_reading(first, reading)
+        vis = g.visibility()
+        out.append((
+            g.pose.polar_deg,
+            vis["objects_leaving_frame"],
+            g.pose_attempts,
+            vis["objects_unseen_in_rendered"],
+            int(g.camera_attempts > 1),
+            tuple(int((~g.in_frame(origin_height=h).all(axis=0)).sum()) for h in heights),
+        ))
+    return out
 
 
 def measure(
@@ -86,16 +95,22 @@ def measure(
     seed_offset: int = 0,
     workers: int = 2,
     origin_heights: tuple[float, ...] = (),
-) -> CalibrationStats:
-    """The effective figures for ``cap`` over ``videos`` videos spread over the design."""
+    readings: tuple[str, ...] = (READING,),
+) -> list[CalibrationStats]:
+    """The effective figures for ``cap`` over ``videos`` videos spread over the design, one
+    entry per reading."""
     specs = spread(design(), videos)
     heights = tuple(float(h) for h in origin_heights)
-    tasks = [(s, cap, seed_offset, heights) for s in specs]
+    tasks = [(s, cap, seed_offset, heights, tuple(readings)) for s in specs]
     if workers > 1:
         with ProcessPoolExecutor(workers) as pool:
-            rows = list(pool.map(_one, tasks, chunksize=16))
+            per_video = list(pool.map(_one, tasks, chunksize=16))
     else:
-        rows = [_one(t) for t in tasks]
+        per_video = [_one(t) for t in tasks]
+    return [_stats(cap, reading, seed_offset, [v[i] for v in per_video], heights) for i, reading in enumerate(readings)]
+
+
+def _stats(cap: int, reading: str, seed_offset: int, rows: list[Any], heights: tuple[float, ...]) -> CalibrationStats:
     polar = np.array([r[0] for r in rows])
     leaving = np.array([r[1] for r in rows])
     attempts = np.array([r[2] for r in rows])
@@ -106,6 +121,8 @@ def measure(
     return CalibrationStats(
         cap=cap,
         videos=len(rows),
+        reading=reading,
+        seed_offset=seed_offset,
         polar_min=float(polar.min()),
         polar_max=float(polar.max()),
         polar_mean=float(polar.mean()),
@@ -133,13 +150,19 @@ def main(argv: list[str] | None = None) -> None:
         metavar="H",
         help="also measure the leaving-frame figures with the tested points at these heights",
     )
+    ap.add_argument("--readings", nargs="+", default=[READING], choices=READINGS,
+                    help="camera/origin readings to measure (default: the generator's)")
+    ap.add_argument("--seed-offsets", type=int, nargs="+", default=[0], metavar="K",
+                    help="independent runs of the design (0 = the benchmark's seeds)")
     args = ap.parse_args(argv)
-    print(json.dumps({"paper": PAPER}))
+    print(json.dumps({"paper": PAPER}), flush=True)
     for cap in args.caps:
-        st = measure(
-            cap, videos=args.videos, workers=args.workers, origin_heights=args.origin_heights
-        )
-        print(json.dumps(_rounded(asdict(st))))
+        for offset in args.seed_offsets:
+            for st in measure(
+                cap, videos=args.videos, seed_offset=offset, workers=args.workers,
+                origin_heights=args.origin_heights, readings=tuple(args.readings),
+            ):
+                print(json.dumps(_rounded(asdict(st))), flush=True)
 
 
 def _rounded(value: Any) -> Any:

@@ -31,6 +31,8 @@ from ..cache import progress_bar
 from .geometry import (
     CANDIDATE_CAP,
     FPS,
+    READING,
+    READINGS,
     RENDERED_FRAMES,
     SAMPLED_FRAMES,
     SceneGeometry,
@@ -38,9 +40,13 @@ from .geometry import (
 )
 from .specs import VideoSpec, anchor_of, balanced_subset, design, spread, video_seed
 
-GENERATOR_VERSION = 2
+GENERATOR_VERSION = 3
 """Bump when any frame or manifest field changes (also renames the on-disk cache).
-2: the visibility check redraws camera keys that leave an object out of every rendered frame."""
+2: the visibility check redraws camera keys that leave an object out of every rendered frame.
+3: the ``base-pan`` reading of Appendix B (object origins at the base, the azimuth offset a pan
+about the camera's own up axis); ``reading="appendix-euler"`` still builds version 2."""
+READING_VERSIONS = {"base-pan": 3, "appendix-euler": 2}
+"""The generator version each reading (``geometry.READINGS``) builds."""
 BATTERY = "countvideo"
 RENDERERS = ("fast", "blender", "cycles", "eevee", "workbench")
 """``blender`` = ``cycles``; ``eevee`` and ``workbench`` select the other Blender engines."""
@@ -86,6 +92,7 @@ def make_countvideo(
     frame_format: str = "jpg",
     video: bool = False,
     candidate_cap: int = CANDIDATE_CAP,
+    reading: str = READING,
 ) -> Path:
     """Write CountVideoBench videos (sampled frames + manifest) into ``out``; returns ``out``.
 
@@ -93,7 +100,8 @@ def make_countvideo(
     name in :data:`SIZES`. ``video=True`` renders the whole 150-frame clip and also writes an
     MP4 (needs PyAV for the fast renderer). ``renderer`` is ``fast`` (default, numpy) or a
     Blender engine (``blender``/``cycles``, ``eevee``, ``workbench``; needs the ``blender``
-    extra).
+    extra). ``reading`` is how Appendix B's camera offsets and object origins are read
+    (``geometry.READINGS``; ``appendix-euler`` rebuilds generator version 2).
     """
     if renderer not in RENDERERS:
         raise UserError(f"unknown renderer {renderer!r}; choose from {', '.join(RENDERERS)}")
@@ -109,7 +117,9 @@ def make_countvideo(
     specs = select_specs(per_level, limit)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    tasks = [(s, seed, str(out), renderer, wh, frame_format, video, candidate_cap) for s in specs]
+    if reading not in READINGS:
+        raise UserError(f"unknown reading {reading!r}; choose from {', '.join(READINGS)}")
+    tasks = [(s, seed, str(out), renderer, wh, frame_format, video, candidate_cap, reading) for s in specs]
     bar = {"total": len(tasks), "desc": f"scenes {BATTERY}", "enabled": progress}
     if workers <= 1 or len(tasks) < _POOL_MIN_VIDEOS:
         stimuli = list(progress_bar(map(_make_one, tasks), **bar))
@@ -138,11 +148,12 @@ def _size(size: tuple[int, int] | str) -> tuple[int, int]:
 
 
 def video_geometry(
-    spec: VideoSpec, seed_offset: int = 0, *, candidate_cap: int = CANDIDATE_CAP
+    spec: VideoSpec, seed_offset: int = 0, *, candidate_cap: int = CANDIDATE_CAP, reading: str = READING
 ) -> SceneGeometry:
     """The geometry of one design video."""
     return generate_geometry(
-        spec.n, spec.shape, spec.color, video_seed(spec, seed_offset), candidate_cap=candidate_cap
+        spec.n, spec.shape, spec.color, video_seed(spec, seed_offset), candidate_cap=candidate_cap,
+        reading=reading,
     )
 
 
@@ -161,7 +172,7 @@ def stimulus_for(spec: VideoSpec, geom: SceneGeometry, frames: list[str], **meta
             "set": "main",
             "anchor": anchor_of(spec.n),
             "replicate": spec.replicate,
-            "generator_version": GENERATOR_VERSION,
+            "generator_version": READING_VERSIONS[geom.reading],
             "frame_indices": list(SAMPLED_FRAMES),
             "fps": FPS,
             "rendered_frames": [RENDERED_FRAMES[0], RENDERED_FRAMES[-1]],
@@ -173,9 +184,9 @@ def stimulus_for(spec: VideoSpec, geom: SceneGeometry, frames: list[str], **meta
 
 
 def _make_one(task: tuple[Any, ...]) -> Stimulus:
-    spec, seed_offset, root, renderer, size, fmt, video, cap = task
+    spec, seed_offset, root, renderer, size, fmt, video, cap, reading = task
     root = Path(root)
-    geom = video_geometry(spec, seed_offset, candidate_cap=cap)
+    geom = video_geometry(spec, seed_offset, candidate_cap=cap, reading=reading)
     folder = root / "frames" / spec.stimulus_id
     folder.mkdir(parents=True, exist_ok=True)
     rels = [f"frames/{spec.stimulus_id}/f{f:03d}.{fmt}" for f in SAMPLED_FRAMES]

@@ -136,7 +136,8 @@ def render_direct(
 
 def _mean_rotation(geom: SceneGeometry, frames: Sequence[int]) -> np.ndarray:
     e = geom.euler(list(frames))
-    return euler_to_matrix(float(e[:, 0].mean()), float(e[:, 1].mean()))
+    pan = geom.pan(list(frames))
+    return euler_to_matrix(float(e[:, 0].mean()), float(e[:, 1].mean()), float(pan.mean()))
 
 
 def _canvas_view(

@@ -15,15 +15,20 @@ Everything here is pure numpy and follows *CountVideoBench* Section 4.3 and Appe
 - **Visibility check**: camera keys that leave an object out of every rendered frame are
   redrawn (Section 4.3: every object is visible in at least some frames).
 - **Objects**: planar jitter +-0.30 (cubes) / +-0.25 (spheres) per axis after separation, yaw
-  U(0, 2 pi); cube edge 2, sphere radius 1, resting on z = 0 (origin at height 1). Per-instance
-  material noise: realisation U(-20, 20) and mapping rotation U(-pi, pi)^3.
-- **Camera orientation**: Blender Euler XYZ ``(polar + de, 0, azimuth + 90 deg + da)``, keyed at
-  frames 1, 50, 100, 150, 200 with elevation offsets de ~ U(-1, +5) deg and azimuth offsets
-  da ~ U(-5, +5) deg, Bezier interpolation with auto-clamped handles (``fcurve``).
+  U(0, 2 pi); cube edge 2, sphere radius 1, resting on z = 0. Per-instance material noise:
+  realisation U(-20, 20) and mapping rotation U(-pi, pi)^3.
+- **Camera orientation**: keyed at frames 1, 50, 100, 150, 200 with elevation offsets
+  de ~ U(-1, +5) deg and azimuth offsets da ~ U(-5, +5) deg, Bezier interpolation with
+  auto-clamped handles (``fcurve``). Two readings (:data:`READINGS`): ``base-pan`` (default,
+  generator version 3) keys ``R = Rz(azimuth + 90 deg) Rx(polar + de) Ry(da)`` (Blender mode
+  ``YXZ``: da pans the camera about its own up axis) and puts the objects' origins at their base
+  (z = 0); ``appendix-euler`` (version 2) keys Euler XYZ ``(polar + de, 0, azimuth + 90 deg + da)``
+  (da turns about the world vertical) with origins at the objects' centres (height 1). Pose,
+  region and placement are the same in both.
 - **Camera model**: 50 mm lens, 36 mm sensor, sensor fit auto (horizontal for landscape),
   1920 x 1080, 30 fps; frames 21-170 are rendered (150 frames; see below), 10 sampled uniformly.
-- **Visibility**: an object is in frame when its origin projects into [0, 1]^2 in normalised
-  camera coordinates with positive depth (Blender's ``world_to_camera_view``).
+- **Visibility**: an object is in frame when its origin (the reading's) projects into [0, 1]^2
+  in normalised camera coordinates with positive depth (Blender's ``world_to_camera_view``).
 
 Frame window: Table 3 says "settling window frames 1-20 (not rendered)", "rendered window frames
 20-170 (150 frames, 5 s)"; 20..170 inclusive is 151 frames, so we render 21..170, the reading
@@ -37,7 +42,7 @@ so the number of rejected candidates never shifts any other draw.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -65,7 +70,20 @@ POSITIONS_GENERATED = 60
 JITTER = {"cube": 0.30, "sphere": 0.25}
 CUBE_EDGE, CUBE_BEVEL, SPHERE_RADIUS = 2.0, 0.1, 1.0
 OBJECT_HEIGHT = 1.0
-"""Height of every object's origin: bounding-box base on z = 0, half-size 1."""
+"""Height of every object's centre: bounding-box base on z = 0, half-size 1."""
+
+READINGS: tuple[str, ...] = ("base-pan", "appendix-euler")
+"""The two readings of Appendix B's camera and object origins (``docs/countvideobench.md``):
+
+- ``base-pan`` (generator version 3, the default): object origins at the object's base (z = 0),
+  and the azimuth offset applied as a pan about the camera's own up axis (Blender rotation mode
+  ``YXZ``: ``R = Rz(azimuth + 90 deg) Rx(polar + de) Ry(da)``).
+- ``appendix-euler`` (generator version 2): origins at the object's centre (height 1), and the
+  azimuth offset added to Euler Z (``R = Rz(azimuth + 90 deg + da) Rx(polar + de)``, a turn
+  about the world vertical)."""
+READING = "base-pan"
+ORIGIN_HEIGHT = {"base-pan": 0.0, "appendix-euler": OBJECT_HEIGHT}
+"""Height of the objects' origins (the points tested for being in frame) per reading."""
 NOISE_W_RANGE = (-20.0, 20.0)
 
 CANDIDATE_CAP = 1250
@@ -114,10 +132,15 @@ class CameraPose:
         }
 
 
-def euler_to_matrix(rx: float, rz: float) -> np.ndarray:
-    """Blender Euler XYZ (Y = 0) as a 3 x 3 matrix: camera axes to world (R = Rz @ Rx)."""
+def euler_to_matrix(rx: float, rz: float, pan: float = 0.0) -> np.ndarray:
+    """Camera axes to world as a 3 x 3 matrix: ``R = Rz @ Rx @ Ry(pan)`` (Blender Euler XYZ
+    with Y = 0 when ``pan`` is 0; Blender rotation mode ``YXZ`` otherwise)."""
     cx, sx, cz, sz = math.cos(rx), math.sin(rx), math.cos(rz), math.sin(rz)
-    return np.array([[cz, -sz * cx, sz * sx], [sz, cz * cx, -cz * sx], [0.0, sx, cx]])
+    r = np.array([[cz, -sz * cx, sz * sx], [sz, cz * cx, -cz * sx], [0.0, sx, cx]])
+    if pan:
+        cp, sp = math.cos(pan), math.sin(pan)
+        r = r @ np.array([[cp, 0.0, sp], [0.0, 1.0, 0.0], [-sp, 0.0, cp]])
+    return r
 
 
 def sensor_size(width: int = WIDTH, height: int = HEIGHT) -> tuple[float, float]:
@@ -290,42 +313,80 @@ class SceneGeometry:
     """The admissible region the positions were drawn in."""
     camera_attempts: int = 1
     """Camera-key draws until every object was in frame in some rendered frame."""
+    reading: str = READING
+    """How the camera offsets and object origins are read (:data:`READINGS`)."""
 
     # -- camera animation
     @cached_property
-    def _curves(self) -> tuple[BezierCurve, BezierCurve]:
+    def _curves(self) -> tuple[BezierCurve, BezierCurve, BezierCurve | None]:
         rx = [math.radians(self.pose.polar_deg + e) for e in self.elevation_offsets_deg]
-        rz = [
-            math.radians(self.pose.azimuth_deg + a) + math.pi / 2 for a in self.azimuth_offsets_deg
-        ]
         keys = [float(k) for k in KEYFRAMES]
-        return auto_clamped(keys, rx), auto_clamped(keys, rz)
+        if self.reading == "appendix-euler":
+            rz = [math.radians(self.pose.azimuth_deg + a) + math.pi / 2 for a in self.azimuth_offsets_deg]
+            return auto_clamped(keys, rx), auto_clamped(keys, rz), None
+        rz = [math.radians(self.pose.azimuth_deg) + math.pi / 2] * len(KEYFRAMES)
+        pan = [math.radians(a) for a in self.azimuth_offsets_deg]
+        return auto_clamped(keys, rx), auto_clamped(keys, rz), auto_clamped(keys, pan)
 
     def euler(self, frames: Any) -> np.ndarray:
         """(len(frames), 2) camera Euler X and Z (radians) at the given frames."""
-        cx, cz = self._curves
+        cx, cz, _ = self._curves
         f = np.atleast_1d(np.asarray(frames, dtype=float))
         return np.stack([cx(f), cz(f)], -1)
+
+    def pan(self, frames: Any) -> np.ndarray:
+        """(len(frames),) pan about the camera's own up axis (radians; 0 for ``appendix-euler``)."""
+        f = np.atleast_1d(np.asarray(frames, dtype=float))
+        cp = self._curves[2]
+        return cp(f) if cp is not None else np.zeros_like(f)
 
     def rotation(self, frame: float) -> np.ndarray:
         """Camera-to-world rotation at one frame."""
         rx, rz = self.euler([frame])[0]
-        return euler_to_matrix(float(rx), float(rz))
+        return euler_to_matrix(float(rx), float(rz), float(self.pan([frame])[0]))
+
+    def rotations(self, frames: Any) -> list[np.ndarray]:
+        """Camera-to-world rotations at the given frames (the curves evaluated once)."""
+        return list(self._rotation_stack(frames))
+
+    def _rotation_stack(self, frames: Any) -> np.ndarray:
+        """(len(frames), 3, 3) rotations, built elementwise as :func:`euler_to_matrix` does."""
+        e, p = self.euler(frames), self.pan(frames)
+        cx, sx, cz, sz = np.cos(e[:, 0]), np.sin(e[:, 0]), np.cos(e[:, 1]), np.sin(e[:, 1])
+        zero = np.zeros_like(cx)
+        r = np.stack(
+            [np.stack([cz, -sz * cx, sz * sx], -1), np.stack([sz, cz * cx, -cz * sx], -1), np.stack([zero, sx, cx], -1)],
+            -2,
+        )
+        if self._curves[2] is None:
+            return r
+        cp, sp = np.cos(p), np.sin(p)
+        ry = np.stack(
+            [np.stack([cp, zero, sp], -1), np.stack([zero, zero + 1.0, zero], -1), np.stack([-sp, zero, cp], -1)], -2
+        )
+        return r @ ry
 
     # -- objects
-    def centres(self, origin_height: float = OBJECT_HEIGHT) -> np.ndarray:
+    @property
+    def origin_height(self) -> float:
+        """Height of the objects' origins under this reading (0 = base, 1 = centre)."""
+        return ORIGIN_HEIGHT[self.reading]
+
+    def centres(self, origin_height: float | None = None) -> np.ndarray:
         """(n, 3) object origins in the world (``origin_height`` only for diagnostics)."""
-        return np.column_stack([self.positions, np.full(self.n, float(origin_height))])
+        h = self.origin_height if origin_height is None else origin_height
+        return np.column_stack([self.positions, np.full(self.n, float(h))])
 
     def project(
-        self, points: np.ndarray, frame: float, width: int = WIDTH, height: int = HEIGHT
+        self, points: np.ndarray, frame: float, width: int = WIDTH, height: int = HEIGHT,
+        *, rotation: np.ndarray | None = None,
     ) -> np.ndarray:
         """(m, 3) normalised camera coordinates (u, v, depth) of world points at ``frame``.
 
         ``u`` grows to the right and ``v`` upwards, [0, 1]^2 being the image (as Blender's
         ``world_to_camera_view``); pixel x = u W, pixel y = (1 - v) H.
         """
-        R = self.rotation(frame)
+        R = self.rotation(frame) if rotation is None else rotation
         pc = (np.asarray(points, dtype=float) - self.pose.position) @ R  # world -> camera axes
         depth = -pc[:, 2]
         sw, sh = sensor_size(width, height)
@@ -335,24 +396,27 @@ class SceneGeometry:
         return np.column_stack([u, v, depth])
 
     def pixel_points(self, frame: float, width: int = WIDTH, height: int = HEIGHT) -> np.ndarray:
-        """(n, 2) object origins in pixels of a ``width`` x ``height`` frame."""
-        uvd = self.project(self.centres(), frame, width, height)
+        """(n, 2) object centres (height 1, whatever the reading's origins) in pixels of a
+        ``width`` x ``height`` frame."""
+        uvd = self.project(self.centres(OBJECT_HEIGHT), frame, width, height)
         return np.column_stack([uvd[:, 0] * width, (1 - uvd[:, 1]) * height])
 
-    def in_frame(
-        self, frames: Any = RENDERED_FRAMES, *, origin_height: float = OBJECT_HEIGHT
-    ) -> np.ndarray:
+    def in_frame(self, frames: Any = RENDERED_FRAMES, *, origin_height: float | None = None) -> np.ndarray:
         """(len(frames), n) booleans: origin inside [0, 1]^2 with positive depth.
 
         ``origin_height`` moves the tested points off the objects' origins (the calibration's
-        diagnostic readings); the ground truth always uses :data:`OBJECT_HEIGHT`.
+        diagnostic readings); the ground truth always uses the reading's origins.
         """
         pts = self.centres(origin_height)
-        rows = []
-        for f in frames:
-            u, v, d = self.project(pts, f).T
-            rows.append((d > 0) & (u >= 0) & (u <= 1) & (v >= 0) & (v <= 1))
-        return np.array(rows, dtype=bool).reshape(len(rows), self.n)
+        frames = list(frames)
+        R = self._rotation_stack(frames)
+        pc = np.einsum("nk,fkj->fnj", pts - self.pose.position, R)  # world -> camera axes
+        depth = -pc[..., 2]
+        sw, sh = sensor_size()
+        with np.errstate(divide="ignore", invalid="ignore"):
+            u = 0.5 + FOCAL_MM * pc[..., 0] / (depth * sw)
+            v = 0.5 + FOCAL_MM * pc[..., 1] / (depth * sh)
+        return ((depth > 0) & (u >= 0) & (u <= 1) & (v >= 0) & (v <= 1)).reshape(len(frames), self.n)
 
     def visibility(self, sampled: tuple[int, ...] = SAMPLED_FRAMES) -> dict[str, Any]:
         """Per-video visibility statistics over the rendered frames and the sampled ones."""
@@ -380,6 +444,7 @@ class SceneGeometry:
             "pose_attempts": self.pose_attempts,
             "camera_attempts": self.camera_attempts,
             "candidate_cap": self.candidate_cap,
+            "camera_reading": self.reading,
             "elevation_offsets_deg": [round(float(x), 6) for x in self.elevation_offsets_deg],
             "azimuth_offsets_deg": [round(float(x), 6) for x in self.azimuth_offsets_deg],
             "objects": [
@@ -396,9 +461,14 @@ def _placement_rng(seed: int, attempt: int) -> np.random.Generator:
 
 
 def generate_geometry(
-    n: int, shape: str, color: str, seed: int, *, candidate_cap: int = CANDIDATE_CAP
+    n: int, shape: str, color: str, seed: int, *, candidate_cap: int = CANDIDATE_CAP, reading: str = READING
 ) -> SceneGeometry:
-    """The geometry of one video, deterministic from ``seed`` (see the module docstring)."""
+    """The geometry of one video, deterministic from ``seed`` (see the module docstring).
+
+    ``reading`` picks how the camera's azimuth offsets and the objects' origins are read
+    (:data:`READINGS`); the pose and the placement do not depend on it."""
+    if reading not in READINGS:
+        raise ValueError(f"reading must be one of {', '.join(READINGS)}, got {reading!r}")
     if shape not in JITTER:
         raise ValueError(f"shape must be one of {sorted(JITTER)}, got {shape!r}")
     if not 1 <= n <= POSITIONS_GENERATED:
@@ -419,32 +489,45 @@ def generate_geometry(
     yaw = obj_rng.uniform(0.0, 2 * math.pi, size=POSITIONS_GENERATED)[:n]
     noise_w = obj_rng.uniform(*NOISE_W_RANGE, size=POSITIONS_GENERATED)[:n]
     noise_rot = obj_rng.uniform(-math.pi, math.pi, size=(POSITIONS_GENERATED, 3))[:n]
-    cam_rng = np.random.default_rng(cam_ss)
+    template = SceneGeometry(
+        n=n,
+        shape=shape,
+        color=color,
+        seed=int(seed),
+        pose=pose,
+        positions=pts[:n] + jitter,
+        yaw=yaw,
+        noise_w=noise_w,
+        noise_rotation=noise_rot,
+        elevation_offsets_deg=np.zeros(len(KEYFRAMES)),
+        azimuth_offsets_deg=np.zeros(len(KEYFRAMES)),
+        pose_attempts=attempt,
+        candidate_cap=candidate_cap,
+        region=region,
+        reading=reading,
+    )
+    return _draw_camera(template, np.random.default_rng(cam_ss))
+
+
+def with_reading(geo: SceneGeometry, reading: str) -> SceneGeometry:
+    """The same video (pose, placement, objects) under another reading: the camera keys are
+    drawn again from the video's camera stream with that reading's visibility check."""
+    if reading not in READINGS:
+        raise ValueError(f"reading must be one of {', '.join(READINGS)}, got {reading!r}")
+    cam_ss = np.random.SeedSequence(geo.seed).spawn(3)[2]
+    return _draw_camera(replace(geo, reading=reading), np.random.default_rng(cam_ss))
+
+
+def _draw_camera(template: SceneGeometry, cam_rng: np.random.Generator) -> SceneGeometry:
     for camera_attempt in range(1, MAX_CAMERA_ATTEMPTS + 1):
         elev = cam_rng.uniform(*ELEVATION_OFFSET_DEG, size=len(KEYFRAMES))
         azim = cam_rng.uniform(*AZIMUTH_OFFSET_DEG, size=len(KEYFRAMES))
-        geo = SceneGeometry(
-            n=n,
-            shape=shape,
-            color=color,
-            seed=int(seed),
-            pose=pose,
-            positions=pts[:n] + jitter,
-            yaw=yaw,
-            noise_w=noise_w,
-            noise_rotation=noise_rot,
-            elevation_offsets_deg=elev,
-            azimuth_offsets_deg=azim,
-            pose_attempts=attempt,
-            candidate_cap=candidate_cap,
-            region=region,
-            camera_attempts=camera_attempt,
-        )
+        geo = replace(template, elevation_offsets_deg=elev, azimuth_offsets_deg=azim, camera_attempts=camera_attempt)
         # Visibility check (Section 4.3: "every object is visible in at least some frames"):
         # camera keys that leave an object out of every rendered frame are redrawn. The first
         # draw is kept whenever it passes, so such videos are unchanged.
         if geo.in_frame(RENDERED_FRAMES).any(axis=0).all():
             return geo
     raise RuntimeError(  # pragma: no cover - the region keeps objects near the base view
-        f"no camera keys showed every object within {MAX_CAMERA_ATTEMPTS} draws (seed {seed})"
+        f"no camera keys showed every object within {MAX_CAMERA_ATTEMPTS} draws (seed {template.seed})"
     )
