@@ -59,7 +59,7 @@ def traversal_tau(
     if len(y) <= _PAIRS_CACHED:
         i, j = _pairs(len(y))
         s = np.sign(y[j] - y[i])
-        total, nonzero = int(s.sum()), int(np.count_nonzero(s))
+        total, nonzero = float(s.sum()), int(np.count_nonzero(s))
     else:
         total, nonzero = _sign_sums(y)
     n0 = len(y) * (len(y) - 1) // 2
