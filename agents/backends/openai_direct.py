@@ -196,12 +196,14 @@ class DirectTransport:
         # No httpx timeouts: the caller's total deadline (asyncio.wait_for) bounds each attempt.
         return httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(None), verify=self._tls)
 
-    async def complete(self, body: bytes) -> Any:
-        """POST one chat request; the parsed reply, or the exception its status or body calls for."""
+    async def complete(self, body: bytes, headers: dict[str, str] | None = None) -> Any:
+        """POST one chat request (``headers``: extra headers of this request only); the parsed
+        reply, or the exception its status or body calls for."""
         i = self._lane()
         self._busy[i] += 1
+        sent = {**self._headers(), **headers} if headers else self._headers()
         try:
-            response = await self._lanes[i].post(self.url, content=body, headers=self._headers())
+            response = await self._lanes[i].post(self.url, content=body, headers=sent)
         finally:
             self._busy[i] -= 1
         raw = response.content
