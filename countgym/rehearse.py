@@ -218,15 +218,15 @@ def comparison_rows(audit_dirs: Sequence[Path], profiles: Any) -> list[list[str]
 
 
 def _r80_of(audit_dir: Path, model: str) -> str:
-    """The R80 values of a model's rows in the audit's ``r80.csv`` (``-`` when none)."""
-    r80 = _read_csv(audit_dir / "r80.csv")
-    if r80 is None or "model" not in r80.columns:
+    """The range of R80 over a model's rows of the audit's ``summary.csv`` (``-`` when none)."""
+    summary = _read_csv(audit_dir / "summary.csv")
+    if summary is None or "r80" not in summary.columns or "model" not in summary.columns:
         return "-"
-    col = next((c for c in ("r80", "R80") if c in r80.columns), None)
-    if col is None:
+    rows = summary[(summary["model"].astype(str) == model) & summary["r80"].notna()]
+    if rows.empty:
         return "-"
-    vals = r80.loc[r80["model"].astype(str) == model, col].dropna().tolist()
-    return ",".join(_f(v, 0) for v in vals[:4]) or "-"
+    lo, hi = rows["r80"].min(), rows["r80"].max()
+    return _f(lo, 0) if lo == hi else f"{_f(lo, 0)}-{_f(hi, 0)}"
 
 
 def print_comparison(audit_dirs: Sequence[Path], profiles: Any) -> None:

@@ -118,7 +118,8 @@ def test_error_free_profile_answers_the_truth(tmp_path: Path, tiny_dataset, agen
         assert r.model == "REPLACE:any-model"
         assert r.simulated == {"profile": load_profiles(prof).for_model("REPLACE:any-model").as_dict(),
                                "source": "perfect.toml"}
-        assert all(s.cost == 0 for s in r.steps)
+        # Model calls cost 0; a step the policy took without a call (list's answer) has none.
+        assert all(s.cost in (0, None) for s in r.steps) and any(s.cost == 0 for s in r.steps)
         if agent not in ("direct", "cot"):
             assert len(r.tags) == r.truth.n
 
@@ -142,6 +143,7 @@ def point_audit(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
     return row.iloc[0]
 
 
+@pytest.mark.slow  # 600 objects through the tag loop and the audit (about 30 s)
 def test_point_errors_recovered_within_3_per_100(point_audit) -> None:
     s = point_audit
     assert s["n_objects"] >= 500
@@ -150,6 +152,7 @@ def test_point_errors_recovered_within_3_per_100(point_audit) -> None:
     assert abs(s["phantom_per100"] - 100 * INJECTED["phantom"]) <= 3
 
 
+@pytest.mark.slow
 def test_pointing_error_recovered(point_audit) -> None:
     # Median distance of a 2-D Gaussian with sd sigma per axis (thousandths of the shorter side).
     expected = INJECTED["pointing_sigma"] * math.sqrt(2 * math.log(2))
@@ -175,20 +178,40 @@ def countercount_100(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_dataset("countercount", tmp_path_factory.mktemp("cc100") / "cc", limit=100, progress=False)
 
 
+def _cf_bias(runs: Path, out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    audit(runs, out)
+    return pd.read_csv(out / "countercount" / "cf_scores.csv"), pd.read_csv(out / "countercount" / "cf_episodes.csv")
+
+
+@pytest.mark.slow  # draws 100 CounterCount pairs (about 40 s)
 @pytest.mark.parametrize("arm", ["cf-mcq", "cf-oe"])
 def test_countercount_bias_rate_recovers_canonical(tmp_path: Path, countercount_100: Path, arm: str) -> None:
     prof = write_profile(tmp_path / "p.toml", "[default]\ncanonical = 0.4\n")
     runs = tmp_path / "runs"
     assert run_cli("run", "--data", str(countercount_100), "--agent", arm, "--model", "REPLACE:vlm",
                    "--simulate", str(prof), "--out", str(runs), "--concurrency", "4", "--no-progress") == 0
-    ep = pd.read_csv(audit(runs, tmp_path / "audit") / "episodes.csv")
-    assert (ep["answer"].notna()).all()  # both formats parse
-    cf = ep[ep["kind"] == "cf"]
-    assert len(cf) >= 100
-    rate = (cf["answer"] == cf["canonical_count"]).mean()
-    assert abs(rate - 0.4) <= 0.1
-    factual = ep[ep["kind"] != "cf"]
-    assert (factual["answer"] == factual["n_true"]).all()
+    scores, ep = _cf_bias(runs, tmp_path / "audit")
+    assert ep["answered"].all()  # both formats parse
+    row = scores.iloc[0]
+    assert row["n_cf"] >= 100 and row["factual_accuracy"] == 1.0
+    assert abs(row["bias_rate"] - 0.4) <= 0.1
+
+
+@pytest.mark.slow  # 200 episodes and their audit (about 20 s)
+@pytest.mark.parametrize("arm", ["cf-mcq", "cf-oe"])
+def test_countercount_bias_rate_over_repeats(tmp_path: Path, tiny_countercount: Path, arm: str) -> None:
+    """The fast version: two pairs, 50 repeats each (each repeat an independent draw)."""
+    prof = write_profile(tmp_path / "p.toml", "[default]\ncanonical = 0.7\n")
+    runs = tmp_path / "runs"
+    assert run_cli("run", "--data", str(tiny_countercount), "--agent", arm, "--model", "REPLACE:vlm",
+                   "--simulate", str(prof), "--out", str(runs), "--repeats", "50", "--concurrency", "4",
+                   "--no-progress") == 0
+    scores, ep = _cf_bias(runs, tmp_path / "audit")
+    assert ep["answered"].all()
+    row = scores.iloc[0]
+    assert row["n_cf"] >= 100 and row["factual_accuracy"] == 1.0
+    assert abs(row["bias_rate"] - 0.7) <= 0.1
+    assert row["bias_rate"] + row["cf_accuracy"] == pytest.approx(1.0)
 
 
 # --- video: a negative count bias is a negative mean signed error -----------------------------------
@@ -204,17 +227,17 @@ def test_video_under_counting_recovered(tmp_path: Path, tiny_countvideo: Path) -
 
 # --- R80: finite when count_sigma > 0 -----------------------------------------------------------
 def test_finite_r80_with_count_noise(tmp_path: Path) -> None:
-    counts = [n for n in range(1, 21) for _ in range(2)]
+    counts = list(range(1, 13))
     data = dots_dataset(tmp_path / "data", len(counts), counts=counts)
     prof = write_profile(tmp_path / "p.toml", "[default]\ncount_sigma = 0.15\n")
     runs = tmp_path / "runs"
     assert run_cli("run", "--data", str(data), "--agent", "direct", "--model", "openai/sim-r", "--simulate", str(prof),
-                   "--out", str(runs), "--repeats", "3", "--no-progress") == 0
-    r80 = pd.read_csv(audit(runs, tmp_path / "audit") / "r80.csv")
-    row = r80[(r80["model"] == "openai/sim-r") & (r80["arm"] == "direct")]
+                   "--out", str(runs), "--repeats", "4", "--no-progress") == 0
+    summary = pd.read_csv(audit(runs, tmp_path / "audit") / "summary.csv")
+    row = summary[(summary["model"] == "openai/sim-r") & (summary["arm"] == "direct")]
     assert len(row) == 1
     value = float(row.iloc[0]["r80"])
-    assert math.isfinite(value) and 1 <= value < 20
+    assert math.isfinite(value) and 1 <= value < 12
 
 
 # --- sweep --simulate with --out / --limit ----------------------------------------------------------
