@@ -274,3 +274,20 @@ def test_simulate_is_resumable_and_reproducible(tmp_path: Path, tiny_dataset) ->
     again = [json.loads(line) for line in next(runs.glob("*.jsonl")).read_text().splitlines()]
     key = lambda r: r["stimulus_id"]  # noqa: E731
     assert [r["tags"] for r in sorted(first, key=key)] == [r["tags"] for r in sorted(again, key=key)]
+
+
+@pytest.mark.parametrize("arm", ["cf-mcq", "cf-oe"])
+def test_countercount_canonical_one_biases_every_cf_answer(tmp_path: Path, tiny_countercount: Path, arm: str) -> None:
+    prof = write_profile(tmp_path / "p.toml", "[default]\ncanonical = 1.0\n")
+    runs = tmp_path / "runs"
+    assert run_cli("run", "--data", str(tiny_countercount), "--agent", arm, "--model", "REPLACE:vlm",
+                   "--simulate", str(prof), "--out", str(runs), "--no-progress") == 0
+    from countgym.stimulus import Dataset
+
+    ds = Dataset(tiny_countercount)
+    recs = list(iter_records(sorted(runs.glob("*.jsonl"))))
+    assert len(recs) == 4
+    for r in recs:
+        meta = ds[r.stimulus_id].meta
+        assert r.end == "answer" and r.answer is not None, r.steps[-1].reply
+        assert r.answer == (meta["canonical_count"] if meta["kind"] == "cf" else r.truth.n)
