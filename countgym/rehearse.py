@@ -29,7 +29,7 @@ from countgym.errors import UserError
 QUICK_LIMIT = 2
 """Stimuli per cell of ``--scale quick`` (CounterCount: stimuli of the paired battery)."""
 
-DOWNLOAD_HINTS: tuple[str, ...] = ("download", "release folder", "--data", "not found", "no such")
+DOWNLOAD_HINTS: tuple[str, ...] = ("download", "official release", "release folder")
 """Words of a dataset error that mean the data is not on this machine (the cell is skipped)."""
 
 
@@ -101,8 +101,6 @@ def rehearse(
             for cell in cells:
                 _run_one(sim, cell, cfg, run_dir, result, progress)
             _say(f"  done ({time.monotonic() - started:.0f} s so far, {result.episodes} episodes)")
-    for ds, why in result.skipped.items():
-        _say(f"skipped: {ds}: {why}")
     for run_dir in result.run_dirs:
         if not any(run_dir.rglob("*.jsonl")):
             continue
@@ -111,7 +109,7 @@ def rehearse(
         _audit(run_dir, audit_dir)
         result.audit_dirs.append(audit_dir)
     _say(f"rehearsal done in {time.monotonic() - started:.0f} s: {result.cells_run} cells, {result.episodes} episodes, "
-         f"{len(result.skipped)} datasets skipped")
+         f"{len(result.skipped)} datasets skipped (listed above)")
     print_comparison(result.audit_dirs, profiles)
     print_paper_map(result.audit_dirs)
     return result
@@ -128,8 +126,9 @@ def _run_one(sim: Any, cell: Any, cfg: Any, run_dir: Path, result: Rehearsal, pr
     except UserError as e:
         text = str(e)
         if any(h in text.lower() for h in DOWNLOAD_HINTS):
-            result.skipped[cell.dataset] = f"needs a download, skipped offline ({text.splitlines()[0][:200]})"
-            _say(f"  skipped {cell.dataset}: needs data that is not on this machine")
+            result.skipped[cell.dataset] = text.splitlines()[0]
+            _say(f"skipped: {cell.dataset} (its cells in every config): the data is not on this machine; "
+                 f"{text.splitlines()[0][:300]}")
         else:
             result.failed_cells.append(f"{cell.log_name()}: {text}")
             _say(f"  skipped cell {cell.agent} {cell.model} on {cell.dataset}: {text}")

@@ -179,17 +179,18 @@ class SimulatedServer(_TestServer):
         super().__init__(seed=seed, reasoning_tokens=kwargs.pop("reasoning_tokens", 0), **kwargs)
         self.profiles = profiles
         self._datasets: dict[str, Dataset] = {}
+        self._tokens: dict[tuple[str, str, str, int], str] = {}
         self._truths: OrderedDict[tuple[str, str], StimulusTruth] = OrderedDict()
         self._data_lock = threading.Lock()
 
     def add_dataset(self, dataset: Dataset) -> str:
         """Register a loaded dataset; the token its requests carry in ``DATASET_HEADER``."""
+        key = (type(dataset).__name__, str(getattr(dataset, "root", "")), str(getattr(dataset, "name", "")), len(dataset))
         with self._data_lock:
-            for token, ds in self._datasets.items():
-                if ds is dataset:
-                    return token
-            token = f"d{len(self._datasets)}"
-            self._datasets[token] = dataset
+            token = self._tokens.get(key)
+            if token is None:  # one token per dataset, however many cells load it
+                token = self._tokens[key] = f"d{len(self._tokens)}"
+                self._datasets[token] = dataset
             return token
 
     def truth(self, token: str, stimulus_id: str) -> tuple[StimulusTruth, Dataset]:
