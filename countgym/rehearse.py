@@ -98,8 +98,10 @@ def rehearse(
             if run_dir not in result.run_dirs:
                 result.run_dirs.append(run_dir)
             _say(f"[{i}/{len(plans)}] {f.name}: {len(cells)} cells -> {run_dir}")
-            for cell in cells:
-                _run_one(sim, cell, cfg, run_dir, result, progress)
+            for k, cell in enumerate(cells, 1):
+                _run_one(sim, cell, cfg, run_dir, result)
+                if progress and k % 20 == 0 and k < len(cells):
+                    _say(f"  {k}/{len(cells)} cells ({time.monotonic() - started:.0f} s so far)")
             _say(f"  done ({time.monotonic() - started:.0f} s so far, {result.episodes} episodes)")
     for run_dir in result.run_dirs:
         if not any(run_dir.rglob("*.jsonl")):
@@ -115,7 +117,7 @@ def rehearse(
     return result
 
 
-def _run_one(sim: Any, cell: Any, cfg: Any, run_dir: Path, result: Rehearsal, progress: bool) -> None:
+def _run_one(sim: Any, cell: Any, cfg: Any, run_dir: Path, result: Rehearsal) -> None:
     """One cell against the simulated model; a dataset that is not here skips its cells."""
     from countgym.runner import run_cell
 
@@ -134,7 +136,7 @@ def _run_one(sim: Any, cell: Any, cfg: Any, run_dir: Path, result: Rehearsal, pr
             _say(f"  skipped cell {cell.agent} {cell.model} on {cell.dataset}: {text}")
         return
     res = run_cell(cell, run_dir, policy_factory=factory, dataset=ds, concurrency=cfg.concurrency,
-                   progress=progress)
+                   progress=False)
     result.cells_run += 1
     result.episodes += res.ran
     if res.errors:
