@@ -111,7 +111,7 @@ def rehearse(
         _audit(run_dir, audit_dir)
         result.audit_dirs.append(audit_dir)
     _say(f"rehearsal done in {time.monotonic() - started:.0f} s: {result.cells_run} cells, {result.episodes} episodes, "
-         f"{len(result.skipped)} datasets skipped (listed above)")
+         f"{len(result.skipped)} datasets skipped ({', '.join(result.skipped) or 'none'})")
     print_comparison(result.audit_dirs, profiles)
     print_paper_map(result.audit_dirs)
     return result
@@ -128,9 +128,11 @@ def _run_one(sim: Any, cell: Any, cfg: Any, run_dir: Path, result: Rehearsal) ->
     except UserError as e:
         text = str(e)
         if any(h in text.lower() for h in DOWNLOAD_HINTS):
-            result.skipped[cell.dataset] = text.splitlines()[0]
-            _say(f"skipped: {cell.dataset} (its cells in every config): the data is not on this machine; "
-                 f"{text.splitlines()[0][:300]}")
+            why = text.splitlines()[0]
+            if why not in result.skipped.values():  # one line per missing download, not per subset
+                _say(f"skipped: {cell.dataset} and every dataset that needs the same data, in every config "
+                     f"(not on this machine): {why}")
+            result.skipped[cell.dataset] = why
         else:
             result.failed_cells.append(f"{cell.log_name()}: {text}")
             _say(f"  skipped cell {cell.agent} {cell.model} on {cell.dataset}: {text}")
