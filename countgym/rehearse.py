@@ -201,23 +201,33 @@ def comparison_rows(audit_dirs: Sequence[Path], profiles: Any) -> list[list[str]
                 signed = answer_only["signed_error"].astype(float)
                 ok = n_true > 0
                 mse = _f(np.nanmean(signed[ok] / n_true[ok]), 3) if ok.any() else "-"
-            bias = "-"
-            if "kind" in g.columns and "canonical_count" in g.columns:
-                cf = g[(g["kind"] == "cf") & g["answer"].notna()]
-                if len(cf):
-                    bias = _f((cf["answer"] == cf["canonical_count"]).mean(), 2)
+            bias = _cf_bias_of(d, str(model))
             pe = _f(np.nanmedian(audited["pointing_error"].astype(float)), 1) if len(audited) else "-"
+            def pair(injected: str, recovered: str) -> str:
+                return "-" if recovered == "-" else f"{injected}/{recovered}"  # measured here or not
+
             rows.append([
                 d.name, str(model),
-                f"{100 * p.omission:.1f}/{per100('omission')}",
-                f"{100 * p.duplicate:.1f}/{per100('duplicate')}",
-                f"{100 * p.phantom:.1f}/{per100('phantom')}",
-                f"{p.pointing_sigma * math.sqrt(2 * math.log(2)):.1f}/{pe}",
-                f"{p.canonical:.2f}/{bias}",
-                f"{p.count_bias:+.3f}/{mse}",
+                pair(f"{100 * p.omission:.1f}", per100("omission")),
+                pair(f"{100 * (1 - p.omission) * p.duplicate:.1f}", per100("duplicate")),
+                pair(f"{100 * p.phantom:.1f}", per100("phantom")),
+                pair(f"{p.pointing_sigma * math.sqrt(2 * math.log(2)):.1f}", pe),
+                pair(f"{p.canonical:.2f}", bias),
+                pair(f"{p.count_bias:+.3f}", mse),
                 _r80_of(d, str(model)),
             ])
     return rows
+
+
+def _cf_bias_of(audit_dir: Path, model: str) -> str:
+    """A model's CounterCount bias rate over all its formats and interventions (the rows of the
+    audit's ``countercount/cf_scores.csv``, weighted by their counterfactual items)."""
+    scores = _read_csv(audit_dir / "countercount" / "cf_scores.csv")
+    if scores is None or not {"model", "bias_rate", "n_cf"} <= set(scores.columns):
+        return "-"
+    rows = scores[(scores["model"].astype(str) == model) & scores["bias_rate"].notna()]
+    n = float(rows["n_cf"].sum()) if len(rows) else 0.0
+    return _f(float((rows["bias_rate"] * rows["n_cf"]).sum()) / n, 2) if n else "-"
 
 
 def _r80_of(audit_dir: Path, model: str) -> str:
@@ -240,8 +250,10 @@ def print_comparison(audit_dirs: Sequence[Path], profiles: Any) -> None:
     head = ["audit", "model", "omit/100", "dup/100", "phantom/100", "point.err", "canonical/bias",
             "count_bias/MSE", "R80"]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
-    print("\ninjected/recovered per model (point.err: median expected from pointing_sigma / audit's median; "
-          "MSE: mean signed error / n of answer-only and video arms):")
+    print("\ninjected/recovered per model, all cells of the folder pooled (expected under the profile / what the "
+          "audit measured; dup: (1 - omission) x duplicate; point.err: 1.18 x pointing_sigma vs the median "
+          "on-target distance; MSE: mean signed error / n of answer-only and video arms; R80 over the model's "
+          "rows; '-': not measured in that folder):")
     print("  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)))
     for r in rows:
         print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)))

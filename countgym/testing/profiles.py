@@ -20,7 +20,8 @@ canonical           CounterCount: probability a counterfactual answer is the can
 Without a file, ``builtin_profile(name)`` gives each model name its own behaviour, derived from
 a hash of the name (so a rehearsed config shows differences between models and runs the same
 every time): count_sigma 0.05-0.30, count_bias -0.20 to +0.05, omission 0.02-0.15, duplicate
-0.01-0.08, phantom 0.00-0.05, pointing_sigma 3-15, canonical 0.10-0.70.
+0.01-0.08, phantom 0.00-0.05, pointing_sigma 2-8, canonical 0.10-0.70 (pointing errors
+well below the spacing of clustered DotArrays, so offsets do not turn into phantom/omission pairs).
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ _BUILTIN_SPANS: dict[str, tuple[float, float]] = {
     "omission": (0.02, 0.15),
     "duplicate": (0.01, 0.08),
     "phantom": (0.0, 0.05),
-    "pointing_sigma": (3.0, 15.0),
+    "pointing_sigma": (2.0, 8.0),
     "canonical": (0.10, 0.70),
 }
 
