@@ -15,7 +15,13 @@ from PIL import Image, ImageDraw
 
 from countgym.cli import main
 from countgym.logs import iter_records
-from countgym.simulate_context import STIMULUS_HEADER, register_endpoint, simulation_headers, stimulus_scope, unregister_endpoint
+from countgym.simulate_context import (
+    STIMULUS_HEADER,
+    register_endpoint,
+    simulation_headers,
+    stimulus_scope,
+    unregister_endpoint,
+)
 from countgym.stimulus import Stimulus, write_manifest
 from countgym.testing.profiles import BUILTIN, builtin_profile, load_profiles
 

@@ -49,7 +49,6 @@ import numpy as np
 from PIL import Image
 
 from countgym.envs import cf_templates as CT
-from countgym.envs import templates as T
 from countgym.matching import tau_for
 from countgym.simulate_context import STIMULUS_HEADER, parse_stimulus_header
 from countgym.stimulus import Dataset, Stimulus
