@@ -148,12 +148,25 @@ def _run_one(sim: Any, cell: Any, cfg: Any, run_dir: Path, result: Rehearsal) ->
 
 
 def _audit(run_dir: Path, audit_dir: Path) -> None:
-    """``countgym audit RUN_DIR --out AUDIT_DIR``, in this process."""
-    from countgym.cli import main
+    """What ``countgym audit RUN_DIR --out AUDIT_DIR`` does, with its defaults (the run's own
+    model as judge: the simulated replies never need one); a failure is one line, not the end."""
+    from countgym.agents.registry import audit_hooks
+    from countgym.analysis.extraction import SAME_MODEL
+    from countgym.analysis.glance import glance_of_audit, render
+    from countgym.analysis.tables import write_audit_files
+    from countgym.analysis.viewer import ViewerOptions
+    from countgym.logs import find_logs
 
-    rc = main(["audit", str(run_dir), "--out", str(audit_dir)])
-    if rc != 0:
-        _say(f"  audit of {run_dir} exited with {rc}")
+    try:
+        files = write_audit_files(
+            find_logs([run_dir]), audit_dir, judge=SAME_MODEL, parser=None, **audit_hooks(),
+            warn=lambda line: print(f"warning: {line}", file=sys.stderr), report=True, viewer=ViewerOptions(),
+        )
+    except Exception as e:  # noqa: BLE001 - one folder's audit must not end the rehearsal
+        _say(f"  audit of {run_dir} failed: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}")
+        return
+    where = f"full tables: {files.tables['summary']}" + (f"; report: {files.report}" if files.report else "")
+    sys.stdout.write(render(glance_of_audit(audit_dir), where=where))
 
 
 # --- injected vs recovered ------------------------------------------------------------------------
