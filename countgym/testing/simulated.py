@@ -175,7 +175,9 @@ class SimulatedServer(_TestServer):
     __test__ = False
 
     def __init__(self, profiles: ProfileSet = BUILTIN, *, seed: int = 0, **kwargs: Any) -> None:
-        super().__init__(seed=seed, reasoning_tokens=kwargs.pop("reasoning_tokens", 0), **kwargs)
+        # Usage as the test server reports it: reasoning tokens unless the request turns reasoning
+        # off, so a rehearsed thinking-off control shows the difference in its tables.
+        super().__init__(seed=seed, **kwargs)
         self.profiles = profiles
         self._datasets: dict[str, Dataset] = {}
         self._tokens: dict[tuple[str, str, str, int], str] = {}
