@@ -253,8 +253,6 @@ def simulated_reply(
     """The simulated model's reply to a request of prompt ``kind`` about ``truth``."""
     stim = truth.stimulus
     n = stim.n
-    users = [m for m in messages if m.get("role") == "user"]
-    last_user = _text_of(users[-1]) if users else ""
     if kind == "tool":
         return _tool_reply(messages, truth, profile, _rng(seed, *key, kind))
     if kind == "list":
@@ -288,7 +286,6 @@ def simulated_reply(
         return f"There are {k} {stim.obj} in the video."
     if kind == "cot":
         return f"Counting region by region, I find {k} in total.\nANSWER: {k}"
-    del last_user
     return f"ANSWER: {k}"
 
 
