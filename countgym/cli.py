@@ -108,6 +108,13 @@ _LIMIT_HELP = (
 )
 
 
+_SIMULATE_HELP = (
+    "answer every model with a simulated model on a local server (no keys, cost 0), through the real "
+    "path; PROFILE.toml sets its behaviour per model (default: built-in per-model behaviour; see "
+    "docs/rehearse.md)"
+)
+
+
 def _makeable() -> str:
     from countgym.scenes.batteries import dataset_names
 
@@ -188,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="on resume, keep episodes that ended in a transient error (429, 5xx, timeout) "
                         "instead of running them again")
     r.add_argument("--no-progress", action="store_true", help=_NO_PROGRESS)
+    r.add_argument("--simulate", nargs="?", const="", default=None, metavar="PROFILE.toml", help=_SIMULATE_HELP)
 
     sw = sub.add_parser("sweep", help="run a grid of cells from a TOML/YAML config (resumable)")
     sw.add_argument("config", help="sweep config, .toml or .yaml (keys: see docs/sweeps.md)")
@@ -198,6 +206,20 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--no-retry-errors", action="store_true",
                     help="on resume, keep episodes that ended in a transient error instead of re-running them")
     sw.add_argument("--no-progress", action="store_true", help=_NO_PROGRESS)
+    sw.add_argument("--out", default=None, metavar="DIR", help="run folder, in place of the config's 'out'")
+    sw.add_argument("--limit", type=_positive_int, default=None, metavar="K",
+                    help="K stimuli per cell, in place of the config's 'limit' (a quick rehearsal)")
+    sw.add_argument("--simulate", nargs="?", const="", default=None, metavar="PROFILE.toml", help=_SIMULATE_HELP)
+
+    rh = sub.add_parser("rehearse", help="run every paper config against a simulated model, audit, "
+                        "compare injected and recovered behaviour")
+    rh.add_argument("--scale", choices=["quick", "full"], default="quick",
+                    help="quick: a few stimuli per cell (minutes); full: every config at its paper size")
+    rh.add_argument("--out", required=True, help="folder for the runs (runs/finger, ...) and their audits")
+    rh.add_argument("--profile", default=None, metavar="PROFILE.toml",
+                    help="simulation profile (default: the built-in per-model behaviour)")
+    rh.add_argument("--configs", default=None, help="folder of sweep configs (default: the checkout's configs/)")
+    rh.add_argument("--no-progress", action="store_true", help=_NO_PROGRESS)
 
     sub.add_parser("testserver", help="a local OpenAI-compatible server that answers like a model",
                         add_help=False)  # handled in main()
@@ -340,9 +362,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from countgym.runner import run_cell
 
     spec = cell_from_args(args)
-    res = run_cell(
-        spec,
-        args.out,
+    run_options: dict[str, Any] = dict(
         concurrency=args.concurrency,
         max_cost=args.max_cost,
         force=args.force,
@@ -350,6 +370,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         wait_for_lock=args.wait,
         retry_errors=not args.no_retry_errors,
     )
+    if args.simulate is not None:
+        from countgym.simulate import run_cell_simulated, simulation
+
+        with simulation(args.simulate) as sim:
+            res = run_cell_simulated(spec, args.out, sim, **run_options)
+    else:
+        res = run_cell(spec, args.out, **run_options)
     retried = f" ({res.retried} re-run after a transient error)" if res.retried else ""
     msg = f"{res.ran} episodes run{retried}, {res.skipped} already done, {res.errors} errors -> {res.log}"
     if res.stopped_by_cost:
@@ -617,9 +644,9 @@ def _frame_numbers(rec: Any, ds: Any, n: int) -> list[int]:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from countgym.sweep import describe_cells, expand, load_config, run_sweep, validate_cells
+    from countgym.sweep import describe_cells, expand, load_config, run_sweep, validate_cells, with_overrides
 
-    cfg = load_config(args.config)
+    cfg = with_overrides(load_config(args.config), out=args.out, limit=args.limit)
     if args.dry_run:
         skipped: list[Any] = []
         cells = expand(cfg, skipped=skipped)
@@ -634,7 +661,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         # the dry run accepts is one the run accepts.
         validate_cells(cfg, cells, build=False)
         return 0
-    if args.executor == "ray":
+    if args.simulate is not None:
+        if args.executor == "ray":
+            raise UserError("--simulate runs on the local executor: drop --executor ray")
+        from countgym.simulate import simulation
+
+        with simulation(args.simulate) as sim:
+            results = run_sweep(cfg, progress=not args.no_progress, force=args.force,
+                                retry_errors=not args.no_retry_errors, prepare=sim.prepare)
+    elif args.executor == "ray":
         from countgym.executors.ray_executor import run_sweep_ray
 
         results = run_sweep_ray(cfg, progress=not args.no_progress, force=args.force,
@@ -658,6 +693,18 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    return 0
+
+
+def cmd_rehearse(args: argparse.Namespace) -> int:
+    """``countgym rehearse``: every config under ``--simulate``, audited, injected vs recovered."""
+    from countgym.rehearse import rehearse
+
+    folder = Path(args.configs) if args.configs else None
+    if folder is not None and not folder.is_dir():
+        raise UserError(f"--configs {folder}: no such folder")
+    rehearse(Path(args.out), scale=args.scale, profile=args.profile, configs=folder,
+             progress=not args.no_progress)
     return 0
 
 
@@ -686,6 +733,7 @@ COMMANDS = {
     "demo": cmd_demo,
     "run": cmd_run,
     "sweep": cmd_sweep,
+    "rehearse": cmd_rehearse,
     "audit": cmd_audit,
     "replay": cmd_replay,
     "cache": cmd_cache,

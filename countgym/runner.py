@@ -42,6 +42,7 @@ from countgym.errors import ProviderQuotaError, UserError
 from countgym.limits import MAX_CONCURRENCY, MAX_REPEATS
 from countgym.logs import ArmSpec, EpisodeRecord, LogWriter, Truth, redact, utcnow
 from countgym.malloc import pin_mmap_threshold
+from countgym.simulate_context import stimulus_scope
 from countgym.stimulus import Dataset
 from countgym.task import Task
 
@@ -102,7 +103,7 @@ def run_episode(
     """Run one episode to its end and return its record (never raises on policy failures, except
     ``ProviderQuotaError``, which stops the cell). The episode's model calls share one deadline
     (``episode_scope``)."""
-    with episode_scope():
+    with episode_scope(), stimulus_scope(stimulus_id, repeat):
         return _run_episode(env, policy, stimulus_id, repeat=repeat, seed=seed, episode_id=episode_id,
                             max_steps=max_steps)
 
@@ -257,6 +258,7 @@ def run_one(
         rec.arm = ArmSpec(
             name=spec.agent, options=redact(options), defaults=reference_options(spec, ds, env, env_id)
         )
+        rec.simulated = getattr(factory, "simulated", None)
         return rec
     except ProviderQuotaError:
         raise
@@ -264,6 +266,7 @@ def run_one(
         detail = "".join(traceback.format_exception_only(type(e), e)).strip()
         rec = _error_record(spec, ds, sid, r, seed, eid, detail, env_id)
         rec.env = env_id
+        rec.simulated = getattr(factory, "simulated", None)
         return rec
 
 

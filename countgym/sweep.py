@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -370,16 +371,36 @@ def describe_cells(cells: list[CellSpec]) -> tuple[list[str], str]:
     return lines, fmt(flat[0], common) if flat else ""
 
 
+def with_overrides(cfg: SweepConfig, *, out: str | None = None, limit: int | None = None) -> SweepConfig:
+    """The config with ``sweep --out DIR`` and ``--limit K`` in place of its own values."""
+    update: dict[str, Any] = {}
+    if out is not None:
+        if not str(out).strip():
+            raise UserError("--out must name a folder")
+        update["out"] = str(out)
+    if limit is not None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise UserError(f"--limit must be a positive integer, got {limit!r}")
+        update["limit"] = limit
+    return cfg.model_copy(update=update) if update else cfg
+
+
+Prepare = Callable[[CellSpec], tuple[Callable[[], Any], Any]]
+"""A cell's (policy factory, dataset), e.g. ``Simulation.prepare`` (``--simulate``)."""
+
+
 def run_sweep(
-    cfg: SweepConfig, *, progress: bool = True, force: bool = False, retry_errors: bool = True
+    cfg: SweepConfig, *, progress: bool = True, force: bool = False, retry_errors: bool = True,
+    prepare: Prepare | None = None,
 ) -> list[CellResult]:
     """Run every cell (resuming, transient errors re-run unless ``retry_errors`` is False),
-    honouring the sweep-wide spend cap."""
+    honouring the sweep-wide spend cap. ``prepare`` gives each cell's policy factory and
+    dataset instead of the model its id names (the simulated model: any model name runs)."""
     from countgym.agents.registry import check_arm_model
 
     out = Path(cfg.out)
     cells = expand(cfg)
-    for cell in cells:  # every model id, before the first cell builds a dataset or runs
+    for cell in cells if prepare is None else ():  # every model id, before the first cell builds a dataset or runs
         check_arm_model(cell.agent, cell.model)
     validate_cells(cfg, cells)  # every cell's mistakes, before the first cell pays for a call
     spent = {c.log_name(): done_episodes(out / c.log_name())[1] for c in cells}
@@ -395,8 +416,11 @@ def run_sweep(
                 continue
         print(f"[{i}/{len(cells)}] {label}")
         try:
+            extra: dict[str, Any] = {}
+            if prepare is not None:
+                extra["policy_factory"], extra["dataset"] = prepare(cell)
             res = run_cell(cell, out, concurrency=cfg.concurrency, max_cost=cap, force=force, progress=progress,
-                           retry_errors=retry_errors)
+                           retry_errors=retry_errors, **extra)
         except CellBusyError as e:
             # Another process runs this cell; it logs the episodes, this sweep goes on.
             print(f"[{i}/{len(cells)}] skipped: {e}")

@@ -69,6 +69,7 @@ from countgym.secrets import (
     scrub_text,
     strip_userinfo,
 )
+from countgym.simulate_context import simulation_headers
 
 _LOOP: asyncio.AbstractEventLoop | None = None
 _LOOP_PID = 0
@@ -373,7 +374,9 @@ class LiteLLMBackend(BaseChatModel):
         """One attempt on the background loop (a direct POST or ``litellm.acompletion``),
         cancelled (connection closed) when the whole reply has not arrived within ``budget_s``."""
         if self._direct is not None:
-            coro = asyncio.wait_for(self._direct.complete(self._direct_body(wire, tools)), budget_s)
+            # Read here, on the caller's thread: the episode's context does not reach the loop.
+            headers = simulation_headers(self._direct.url)
+            coro = asyncio.wait_for(self._direct.complete(self._direct_body(wire, tools), headers), budget_s)
         else:
             kwargs = self._kwargs(wire, budget_s)
             if tools:

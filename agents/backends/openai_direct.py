@@ -294,12 +294,14 @@ class DirectTransport:
         return httpx.AsyncClient(transport=bounded_transport(inner, self._max_body_bytes),
                                  timeout=httpx.Timeout(None))
 
-    async def complete(self, body: bytes) -> Any:
-        """POST one chat request; the parsed reply, or the exception its status or body calls for."""
+    async def complete(self, body: bytes, headers: dict[str, str] | None = None) -> Any:
+        """POST one chat request (``headers``: extra headers of this request only); the parsed
+        reply, or the exception its status or body calls for."""
         i = self._lane()
         self._busy[i] += 1
+        sent = {**self._headers(), **headers} if headers else self._headers()
         try:
-            response = await self._lanes[i].post(self.url, content=body, headers=self._headers())
+            response = await self._lanes[i].post(self.url, content=body, headers=sent)
         finally:
             self._busy[i] -= 1
         raw = response.content

@@ -478,6 +478,11 @@ class TestServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def answer(self, messages: list[dict[str, Any]], body: dict[str, Any], headers: Any) -> str:
+        """The reply text to a request's messages (JSON protocol; a subclass may answer from
+        ``body`` and ``headers`` too); an exception is answered as a 400."""
+        return model_reply(messages, noise=self.noise, seed=self.seed)
+
     def next_fault(self) -> tuple[int, str | None]:
         """The index of the arriving request and the fault it gets (deterministic per index)."""
         with self._lock:
@@ -578,7 +583,7 @@ class _Handler(BaseHTTPRequestHandler):
         tool_calls = None
         try:
             native = bool(body.get("tools"))
-            text = model_reply(native_to_text(messages) if native else messages, noise=state.noise, seed=state.seed)
+            text = state.answer(native_to_text(messages) if native else messages, body, self.headers)
             if native:
                 text, tool_calls = to_tool_calls(text, index)
         except Exception as e:  # a bad image in the request is the client's fault

@@ -1,0 +1,63 @@
+"""``countgym rehearse``: every config of a folder under the simulated model, shared folders
+audited once, injected vs recovered printed, offline-only datasets skipped with one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from countgym.cli import main
+from countgym.logs import iter_records
+
+
+@pytest.fixture()
+def configs(tmp_path: Path, tiny_dataset, tiny_countercount: Path) -> Path:
+    folder = tmp_path / "configs"
+    folder.mkdir()
+    (folder / "finger-a.toml").write_text(
+        f'out = "runs/finger"\ndatasets = ["{tiny_dataset.root}", "fsc147:common"]\n'
+        'arms = ["direct", "tag"]\nmodels = ["REPLACE:model-a", "REPLACE:model-b"]\nconcurrency = 2\n'
+    )
+    (folder / "finger-b.toml").write_text(
+        f'out = "runs/finger"\ndatasets = ["{tiny_dataset.root}", "fsc147:ablation"]\n'
+        'arms = ["tag"]\nmodels = ["REPLACE:model-a"]\nablations = [{}, { verify = false }]\n'
+    )
+    (folder / "countercount-a.toml").write_text(
+        f'out = "runs/countercount"\ndatasets = ["{tiny_countercount}"]\narms = ["cf-mcq", "cf-oe"]\n'
+        'models = ["REPLACE:model-c"]\n'
+    )
+    return folder
+
+
+@pytest.mark.slow  # two shared folders run and audited (about 30 s idle, 2 min on a loaded machine)
+def test_rehearse_runs_audits_and_compares(tmp_path: Path, configs: Path, capsys, monkeypatch) -> None:
+    monkeypatch.delenv("COUNTGYM_FSC147_ROOT", raising=False)
+    out = tmp_path / "rehearsal"
+    assert main(["rehearse", "--configs", str(configs), "--out", str(out), "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    # One line for the dataset that needs a download, however many configs name it.
+    assert sum(line.startswith("skipped: fsc147") for line in text.splitlines()) == 1
+    assert "2 datasets skipped (fsc147:common, fsc147:ablation)" in text
+    finger, cc = out / "runs" / "finger", out / "runs" / "countercount"
+    recs = list(iter_records(sorted(finger.glob("*.jsonl"))))
+    # 4 + 2 cells on the tiny set (the shared tag cell of model-a runs once), 2 stimuli each.
+    assert len(list(finger.glob("*.jsonl"))) == 5 and len(recs) == 10
+    assert all(r.simulated is not None and r.simulated["source"] == "built-in" for r in recs)
+    assert len(list(iter_records(sorted(cc.glob("*.jsonl"))))) == 2 * 2
+    for audit in (out / "runs" / "finger-audit", out / "runs" / "countercount-audit"):
+        assert (audit / "report.html").is_file() and (audit / "summary.csv").is_file()
+        assert f"{audit}: {audit / 'report.html'}" in text
+    assert "injected/recovered per model" in text
+    table = text.split("injected/recovered per model", 1)[1]
+    for model in ("REPLACE:model-a", "REPLACE:model-b", "REPLACE:model-c"):
+        assert model in table
+
+
+def test_rehearse_bad_profile_is_one_line(tmp_path: Path, configs: Path, capsys) -> None:
+    prof = tmp_path / "p.toml"
+    prof.write_text("[default]\nomission = -1\n")
+    assert main(["rehearse", "--configs", str(configs), "--out", str(tmp_path / "o"), "--profile", str(prof)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "omission" in err
+    assert not (tmp_path / "o").exists()
