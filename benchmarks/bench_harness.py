@@ -300,10 +300,11 @@ def bench_harness_memory(concurrencies: tuple[int, ...] = (1, 64, 256), latency_
     peaks: dict[int, float] = {}
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            ds = _dataset(Path(tmp) / "data", max(concurrencies), size)
+            # One round of c episodes, each on its own stimulus: a dataset of exactly c images.
+            roots = {c: _dataset(Path(tmp) / f"d{c}", c, size).root for c in concurrencies}
             for _ in range(repeats):
                 for c in concurrencies:
-                    run = _run_json([sys.executable, __file__, "--worker", "direct", str(ds.root), base_url,
+                    run = _run_json([sys.executable, __file__, "--worker", "direct", str(roots[c]), base_url,
                                      str(c), str(c), str(latency_s)], 900)
                     if run["errors"] or run["episodes"] != c:
                         raise RuntimeError(f"concurrency {c}: {run['errors']} errors in {run['episodes']} episodes")

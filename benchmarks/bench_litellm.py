@@ -9,9 +9,7 @@ httpx, pydantic, ...), so the row names what the litellm path adds.
 
 from __future__ import annotations
 
-import base64
 import cProfile
-import io
 import json
 import os
 import pstats
@@ -34,8 +32,10 @@ def _package(filename: str) -> str:
         return rest[0].split(".")[0].removesuffix(".py") if rest else "?"
     if "countgym" in parts or any(p in parts for p in ("envs", "agents", "scenes", "analysis")):
         return "countgym"
+    if filename == "~":
+        return "C functions (zlib, json, sockets, ...)"
     if filename.startswith("<") or "lib/python" in filename:
-        return "python (stdlib, builtins)"
+        return "python stdlib"
     return "other"
 
 
@@ -56,28 +56,42 @@ def _child(transport: str, url: str, n_calls: int) -> dict[str, Any]:
         d = ImageDraw.Draw(im)
         for x, y in rng.uniform(20, 748, (8, 2)):
             d.ellipse([x - 14, y - 14, x + 14, y + 14], fill="black")
-        buf = io.BytesIO()
-        im.save(buf, format="PNG", compress_level=1)
-        data = "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
-        return [{"role": "system", "content": system},
-                {"role": "user", "content": [{"type": "image_url", "image_url": {"url": data}},
+        return [{"role": "system", "content": [{"type": "text", "text": system}]},
+                {"role": "user", "content": [{"type": "image", "image": np.asarray(im)},
                                              {"type": "text", "text": f"Count the dots ({i})."}]}]
 
     requests = [message(i) for i in range(n_calls)]
     backend.complete(message(-1))  # warm: imports, connection, first-call set-up
-    prof = cProfile.Profile()
+    from countgym.agents.backends.litellm_backend import _event_loop
+
+    # Each thread's own CPU time: the caller's (images, messages) and the event loop's (HTTP,
+    # request building, reply parsing), where the transports differ.
+    main, io_thread = cProfile.Profile(time.thread_time), cProfile.Profile(time.thread_time)
+    loop = _event_loop()
+    loop.call_soon_threadsafe(io_thread.enable)
     cpu0, t0 = _cpu_s(), time.perf_counter()
-    prof.enable()
-    for m in requests:
-        backend.complete(m)
-    prof.disable()
+    main.enable()
+    replies = [backend.complete(m) for m in requests]
+    main.disable()
     cpu, wall = _cpu_s() - cpu0, time.perf_counter() - t0
+    done = __import__("threading").Event()
+    loop.call_soon_threadsafe(lambda: (io_thread.disable(), done.set()))
+    done.wait(10)
+    if bad := [r.error for r in replies if r.error]:
+        raise RuntimeError(f"{len(bad)} failed calls: {bad[0]}")
     by_pkg: dict[str, float] = {}
-    for (filename, _, _), (_, _, tottime, _, _) in pstats.Stats(prof).stats.items():  # type: ignore[attr-defined]
-        key = _package(filename)
-        by_pkg[key] = by_pkg.get(key, 0.0) + tottime
+    for prof in (main, io_thread):
+        for (filename, _, _), (_, _, tottime, _, _) in pstats.Stats(prof).stats.items():  # type: ignore[attr-defined]
+            key = _package(filename)
+            by_pkg[key] = by_pkg.get(key, 0.0) + tottime
+    funcs: dict[str, float] = {}
+    for prof in (main, io_thread):
+        for (filename, _, fn), (_, _, tottime, _, _) in pstats.Stats(prof).stats.items():  # type: ignore[attr-defined]
+            name = f"{Path(filename).name}:{fn}" if filename != "~" else fn
+            funcs[name] = funcs.get(name, 0.0) + tottime
     return {"cpu_ms_per_call": 1000 * cpu / n_calls, "wall_s": wall,
-            "profiled_ms_per_call": {k: 1000 * v / n_calls for k, v in by_pkg.items()}}
+            "profiled_ms_per_call": {k: 1000 * v / n_calls for k, v in by_pkg.items()},
+            "top_functions_ms_per_call": {k: round(1000 * v / n_calls, 2) for k, v in sorted(funcs.items(), key=lambda kv: -kv[1])[:8]}}
 
 
 def bench_litellm_profile(n_calls: int = 60) -> dict[str, Any]:
@@ -120,3 +134,4 @@ if __name__ == "__main__":
     print(f"{row['name']}: {row['value']}")
     for t in ("direct", "litellm"):
         print(t, json.dumps({k: round(v, 2) for k, v in sorted(row[t]["profiled_ms_per_call"].items(), key=lambda kv: -kv[1])}))
+        print("  top functions (ms/call):", json.dumps(row[t]["top_functions_ms_per_call"]))

@@ -106,8 +106,8 @@ def main(argv: list[str]) -> int:
         except Exception as e:  # noqa: BLE001 - one failing row must not hide the others
             traceback.print_exc()
             failed += 1
-            results = [{"name": name, "value": f"failed: {type(e).__name__}: {e}", "target": "", "ok": False}]
-            rows.append((name, f"failed: {type(e).__name__}: {e}", "-", "FAILED"))
+            first = (str(e).strip().splitlines() or [""])[0][:200]
+            rows.append((name, f"failed: {type(e).__name__}: {first} (traceback above)", "-", "FAILED"))
             print(f"  FAILED: {name}", file=sys.stderr, flush=True)
             continue
         for r in results:

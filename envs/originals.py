@@ -10,12 +10,14 @@ call), which ``view_key`` names, so that backends encode each distinct view once
 keyed by the image file's path, size, modification time and inode, so an edited file is read
 again.
 
-Memory per episode in flight: an RGB original holds one copy of its pixels (the view; the PIL
-image episodes draw from is made from it on demand), and once a backend has encoded the view
-(``keep_encoded``, which it does before the first model call) not even that: only the PNG, tens
-of kB for a battery image instead of 1.7 MB. The pixels are decoded again when an episode next
-draws (a step after the model's reply), through a small shared cache of decoded views
-(``DECODED_BYTES``), so episodes in flight hold no pixels while they wait.
+Memory per episode in flight: an original holds one copy of its pixels at most (the view; the
+PIL image episodes draw from is made from it on demand). A view with long runs of equal bytes (a
+battery image: flat background, flat discs) is held as those runs (``RUNS_MAX_BYTES``; a few kB
+instead of 1.7 MB at 768 x 768), expanded again in well under a millisecond when an episode
+draws; any other view is held as its pixels until a backend has encoded it (``keep_encoded``,
+before the first model call), then as that PNG only, decoded again when an episode next draws,
+through a small shared cache of decoded views (``DECODED_BYTES``). Either way an episode holds
+no pixels while it waits for its model.
 
 Large sources (a 2048 px photo: about 45 ms to decode and 42 ms to fit to 1024 px) are fitted
 once per file, not once per episode: the fitted copy is kept as a PNG in the derived cache
@@ -46,12 +48,14 @@ MAX_ENTRIES = 16
 768 x 768, until a backend encodes its view)."""
 DECODED_BYTES = 24 * 2**20
 """Decoded views kept for the next draw (about 14 at 768 x 768)."""
+RUNS_MAX_BYTES = 256 * 1024
+"""A view is held as runs of equal bytes when they take at most this much memory."""
 
 
 class Original:
     """A stimulus image as every episode starts from it."""
 
-    __slots__ = ("stored_size", "size", "mode", "key", "_image", "_pixels", "_png", "_lock", "__weakref__")
+    __slots__ = ("stored_size", "size", "mode", "key", "_image", "_pixels", "_runs", "_png", "_lock", "__weakref__")
 
     def __init__(self, image: Image.Image, stored_size: tuple[int, int], key: tuple[Any, ...] | None) -> None:
         self.stored_size = stored_size
@@ -63,10 +67,11 @@ class Original:
         """What identifies the view's pixels (None: not cached)."""
         view = np.asarray(render_working_image(image))
         view.flags.writeable = False
-        self._pixels: np.ndarray | None = view
         self._png: bytes | None = None
         # An RGB image is its view's pixels: it is made from them on demand, not kept twice.
         self._image: Image.Image | None = None if image.mode == "RGB" else image
+        self._runs = _pack_runs(view) if self._image is None else None
+        self._pixels: np.ndarray | None = None if self._runs is not None else view
         self._lock = threading.Lock()
 
     @property
@@ -85,6 +90,8 @@ class Original:
         pixels = self._pixels
         if pixels is not None:
             return pixels
+        if self._runs is not None:
+            return _unpack_runs(*self._runs)
         return _decoded(self)
 
     def png(self) -> bytes | None:
@@ -94,7 +101,7 @@ class Original:
     def keep_encoded(self, png: bytes) -> None:
         """Hold the view as ``png`` (lossless PNG bytes of exactly these pixels) instead of its
         pixels. Only an RGB original keyed by its file lets go of its pixels."""
-        if self.key is None or self._image is not None:
+        if self.key is None or self._image is not None or self._runs is not None:
             return
         with self._lock:
             if self._png is None:
@@ -103,7 +110,7 @@ class Original:
 
     def first_view(self) -> np.ndarray:
         """A new read-only copy of the unmarked view, known to ``view_key`` while it lives."""
-        out = self.pixels().copy()
+        out = _unpack_runs(*self._runs) if self._runs is not None else self.pixels().copy()
         out.flags.writeable = False
         if self.key is not None:
             with _LOCK:
@@ -157,6 +164,29 @@ _COPIES: dict[int, Original] = {}
 _DRAWN: dict[int, Original] = {}
 _DECODED: OrderedDict[tuple[Any, ...], np.ndarray] = OrderedDict()
 _LOCK = threading.Lock()
+
+
+def _pack_runs(view: np.ndarray) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]] | None:
+    """(byte values, run lengths, shape) of ``view``'s bytes in order, or None when the runs
+    would take more than ``RUNS_MAX_BYTES`` (a photograph)."""
+    flat = np.ascontiguousarray(view).reshape(-1)
+    if flat.size == 0:
+        return None
+    change = np.empty(flat.size, dtype=bool)
+    change[0] = True
+    np.not_equal(flat[1:], flat[:-1], out=change[1:])
+    starts = np.flatnonzero(change)
+    if starts.size * 5 > RUNS_MAX_BYTES:
+        return None
+    lengths = np.diff(np.append(starts, flat.size)).astype(np.uint32)
+    return flat[starts], lengths, view.shape
+
+
+def _unpack_runs(values: np.ndarray, lengths: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """A new read-only array of the pixels ``_pack_runs`` packed."""
+    out = np.repeat(values, lengths).reshape(shape)
+    out.flags.writeable = False
+    return out
 
 
 def _decoded(original: Original) -> np.ndarray:

@@ -27,41 +27,72 @@ def _own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     originals.clear()
 
 
-def _tagged(ds: Dataset, sid: str, encode_first: bool) -> np.ndarray:
+def _tagged(ds: Dataset, sid: str, encode_first: bool, points: list[tuple[float, float]]) -> np.ndarray:
     env = CountImageEnv(ds, tools=("tag",))
     obs, _ = env.reset(options={"stimulus_id": sid})
     if encode_first:
         png_data_url(obs["image"])
-    obs, *_ = env.step(Tag(points=[(100.0, 100.0), (600.0, 420.0)]))
+    obs, *_ = env.step(Tag(points=points))
     return np.asarray(obs["image"])
 
 
-def test_an_encoded_original_holds_only_its_png_and_draws_the_same_pixels(tmp_path: Path) -> None:
+def _noise_dataset(root: Path) -> Dataset:
+    """Two photo-like images (noise: no runs of equal bytes)."""
+    from countgym.stimulus import Stimulus, write_manifest
+
+    (root / "images").mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(3)
+    stims = []
+    for i in range(2):
+        Image.fromarray(rng.integers(0, 256, (300, 400, 3), dtype=np.uint8)).save(root / f"images/n{i}.png")
+        stims.append(Stimulus(id=f"n{i}", n=2, obj="dots", obj_sing="dot", image=f"images/n{i}.png",
+                              points=[(100.0, 100.0), (300.0, 200.0)]))
+    write_manifest(root, stims)
+    return Dataset(root)
+
+
+def test_a_battery_view_is_held_as_runs_not_pixels(tmp_path: Path) -> None:
     ds = make_tiny_dataset(tmp_path / "d")
     env = CountImageEnv(ds, tools=("tag",))
     obs, _ = env.reset(options={"stimulus_id": "four"})
+    original = originals.original_of(obs["image"])
+    assert original is not None and original._pixels is None and original._runs is not None
+    held = sum(a.nbytes for a in original._runs[:2])
+    assert held < 64 * 1024 < obs["image"].nbytes
+    assert env.state is not None and not isinstance(env.state.original, Image.Image)
+    assert np.array_equal(original.pixels(), obs["image"]) and not original.pixels().flags.writeable
+    first = np.asarray(env.step(Tag(points=[(100.0, 100.0), (600.0, 420.0)]))[0]["image"])
+    # The same render as from an image held as pixels (a non-RGB stand-in keeps its PIL image).
+    expect = np.array(Image.open(ds.image_path(ds["four"])).convert("RGB"))
+    from countgym.envs.render import render_working_image
+    ref = np.asarray(render_working_image(Image.fromarray(expect), env.state.tags))
+    assert np.array_equal(first, ref)
+
+
+def test_a_photo_view_is_held_as_its_png_once_encoded_and_draws_the_same_pixels(tmp_path: Path) -> None:
+    ds = _noise_dataset(tmp_path / "n")
+    env = CountImageEnv(ds, tools=("tag",))
+    obs, _ = env.reset(options={"stimulus_id": "n0"})
     pixels = np.array(obs["image"])
     original = originals.original_of(obs["image"])
-    assert original is not None and original.png() is None and original._pixels is not None
+    assert original is not None and original._runs is None and original._pixels is not None
     url = png_data_url(obs["image"])
     # The model's first view is now held as its PNG only: no pixels in the episode while it waits.
     assert original._pixels is None and original.png() is not None
     assert base64.b64decode(url.partition(",")[2]) == original.png()
-    assert env.state is not None and not isinstance(env.state.original, Image.Image)
     originals._DECODED.clear()  # as when other episodes' views pushed it out
     assert np.array_equal(original.pixels(), pixels)
-    with_png = _tagged(ds, "four", encode_first=True)
+    with_png = _tagged(ds, "n0", encode_first=True, points=[(100.0, 100.0), (600.0, 420.0)])
     originals.clear()
-    without = _tagged(ds, "four", encode_first=False)
+    without = _tagged(ds, "n0", encode_first=False, points=[(100.0, 100.0), (600.0, 420.0)])
     assert np.array_equal(with_png, without)
-    # A second episode of the same image starts from the same, encoded original.
-    again, _ = CountImageEnv(ds, tools=("tag",)).reset(options={"stimulus_id": "four"})
+    again, _ = CountImageEnv(ds, tools=("tag",)).reset(options={"stimulus_id": "n0"})
     assert np.array_equal(again["image"], pixels)
 
 
 def test_decoded_views_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    ds = make_tiny_dataset(tmp_path / "d")
-    monkeypatch.setattr(originals, "DECODED_BYTES", 768 * 768 * 3 + 1)
+    ds = _noise_dataset(tmp_path / "n")
+    monkeypatch.setattr(originals, "DECODED_BYTES", 300 * 400 * 3 + 1)
     for sid in ds.ids():
         obs, _ = CountImageEnv(ds, tools=("tag",)).reset(options={"stimulus_id": sid})
         png_data_url(obs["image"])
@@ -69,13 +100,15 @@ def test_decoded_views_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert len(originals._DECODED) == 1
 
 
-def test_erase_and_grid_draw_from_the_encoded_original(tmp_path: Path) -> None:
-    ds = make_tiny_dataset(tmp_path / "d")
+@pytest.mark.parametrize("photo", [False, True])
+def test_erase_and_grid_draw_from_the_held_original(tmp_path: Path, photo: bool) -> None:
+    ds = _noise_dataset(tmp_path / "n") if photo else make_tiny_dataset(tmp_path / "d")
+    sid = "n1" if photo else "row"
     views = []
     for encode in (False, True):
         originals.clear()
         env = CountImageEnv(ds, tools=("tag", "erase", "grid", "crop"))
-        obs, _ = env.reset(options={"stimulus_id": "row"})
+        obs, _ = env.reset(options={"stimulus_id": sid})
         if encode:
             png_data_url(obs["image"])
         seq = [{"tool": "grid", "on": True}, {"tool": "erase", "points": [[300, 300]]},
@@ -133,8 +166,8 @@ def test_the_test_server_reads_developer_messages_like_system(tmp_path: Path) ->
 
 
 def test_png_round_trip_of_the_kept_view_is_lossless(tmp_path: Path) -> None:
-    ds = make_tiny_dataset(tmp_path / "d")
-    obs, _ = CountImageEnv(ds, tools=("tag",)).reset(options={"stimulus_id": "two"})
+    ds = _noise_dataset(tmp_path / "n")
+    obs, _ = CountImageEnv(ds, tools=("tag",)).reset(options={"stimulus_id": "n1"})
     png_data_url(obs["image"])
     png = originals.original_of(obs["image"]).png()
     with Image.open(io.BytesIO(png)) as im:
