@@ -376,6 +376,28 @@ def bench_harness_sources(sizes: tuple[int, int] = (768, 2048), n_episodes: int 
     }]
 
 
+def median_runs(trials: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Per harness, its runs' median of every number (wall time, CPU, peak memory, ...; the
+    other fields from the first run), and the range of the wall times and peak memories as
+    ``wall_range`` and ``rss_range``."""
+    out: dict[str, dict[str, Any]] = {}
+    for kind, runs in trials.items():
+        merged = dict(runs[0])
+        for key, value in runs[0].items():
+            values = [r.get(key) for r in runs]
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in values
+            ):
+                # Counts stay whole numbers (the lower middle one for an even number of runs).
+                ints = all(isinstance(v, int) for v in values)
+                merged[key] = sorted(values)[(len(values) - 1) // 2] if ints else float(np.median(values))
+        merged["wall_range"] = (min(r["wall_s"] for r in runs), max(r["wall_s"] for r in runs))
+        merged["rss_range"] = (min(r["peak_rss_mib"] for r in runs), max(r["peak_rss_mib"] for r in runs))
+        merged["runs"] = len(runs)
+        out[kind] = merged
+    return out
+
+
 CPU_TARGET = 0.6
 """CPU per model call against a warmed Inspect AI's (at most)."""
 MEM_TARGET = 1.5
