@@ -24,6 +24,7 @@ def _manifest(root: Path) -> list[dict]:
     return [json.loads(line) for line in (root / "manifest.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow  # renders videos (about a second of CPU each)
 def test_workers_give_the_same_videos_as_one_process(tmp_path: Path) -> None:
     one = vd.make_countvideo(tmp_path / "one", limit=5, size=SIZE, progress=False, workers=1)
     two = vd.make_countvideo(tmp_path / "two", limit=5, size=SIZE, progress=False, workers=2)
@@ -38,6 +39,7 @@ def test_bad_worker_count_is_a_user_error(tmp_path: Path) -> None:
         vd.make_countvideo(tmp_path / "x", limit=2, size=SIZE, progress=False, workers=0)
 
 
+@pytest.mark.slow  # renders videos (about a second of CPU each)
 def test_an_interrupted_build_resumes_where_it_stopped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     real = vd._make_one
     calls: list[str] = []
@@ -68,6 +70,7 @@ def test_an_interrupted_build_resumes_where_it_stopped(tmp_path: Path, monkeypat
     assert _manifest(out) == _manifest(fresh)
 
 
+@pytest.mark.slow  # renders videos (about a second of CPU each)
 def test_a_finished_video_of_other_parameters_is_rendered_again(tmp_path: Path) -> None:
     out = vd.make_countvideo(tmp_path / "b", limit=2, size=SIZE, progress=False, workers=1)
     first = _manifest(out)
@@ -76,6 +79,7 @@ def test_a_finished_video_of_other_parameters_is_rendered_again(tmp_path: Path) 
     assert first[0]["meta"]["render_size"] == [48, 32]
 
 
+@pytest.mark.slow  # renders videos (about a second of CPU each)
 def test_a_corrupt_done_file_means_not_finished(tmp_path: Path) -> None:
     out = vd.make_countvideo(tmp_path / "c", limit=2, size=SIZE, progress=False, workers=1)
     sid = _manifest(out)[0]["id"]
@@ -90,14 +94,15 @@ _SIGTERM_BUILD = textwrap.dedent(
     import sys, time
     from pathlib import Path
     from countgym.scenes.video.dataset import cached_countvideo
-    cached_countvideo(per_level=2, size=(160, 90), progress=False, cache_root=Path(sys.argv[1]), workers=2)
+    cached_countvideo(per_level=1, size=(96, 54), progress=False, cache_root=Path(sys.argv[1]), workers=2)
     """
 )
 
 
+@pytest.mark.slow  # renders videos (about a second of CPU each)
 def test_sigterm_keeps_finished_videos_and_stops_the_workers(tmp_path: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-c", _SIGTERM_BUILD, str(tmp_path)], stderr=subprocess.PIPE, text=True)
-    partial = next(iter([]), None)
+    partial = None
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         found = list(tmp_path.glob(f".*.partial/frames/*/{vd.DONE_FILE}"))
@@ -119,8 +124,8 @@ def test_sigterm_keeps_finished_videos_and_stops_the_workers(tmp_path: Path) -> 
     ps = subprocess.run(["ps", "-o", "pid=", "--ppid", str(proc.pid)], capture_output=True, text=True)
     assert ps.stdout.strip() == ""
     # The next build resumes: it ends with the whole set and renders only the missing videos.
-    out = vd.cached_countvideo(per_level=2, size=(160, 90), progress=False, cache_root=tmp_path, workers=1)
-    assert len(_manifest(out)) == 52 and kept >= 2
+    out = vd.cached_countvideo(per_level=1, size=(96, 54), progress=False, cache_root=tmp_path, workers=2)
+    assert len(_manifest(out)) == 26 and kept >= 2
     assert not partial.exists()
 
 
