@@ -172,19 +172,19 @@ def bench_audit(n_trajectories: int = 10_000, n_objects: int = 50, seed: int = 0
     ]
 
 
-def bench_audit_100k(n_objects: int = 50, seed: int = 0) -> list[dict]:
+def bench_audit_100k(n_objects: int = 50, seed: int = 0, n_trajectories: int = 100_000) -> list[dict]:
     """The audit of 100,000 trajectories: peak RSS under 2 GiB (and its CPU seconds)."""
-    r = measure_audit(100_000, n_objects, seed)
+    r = measure_audit(n_trajectories, n_objects, seed)
     return [
         {
-            "name": "audit of 100000 trajectories, peak RSS",
+            "name": f"audit of {n_trajectories} trajectories, peak RSS",
             "value": f"{r['peak_rss_mib']:.0f} MiB (ground truth {r['base_rss_mib']:.0f} MiB, "
             f"+{r['growth_bytes_per_episode'] / 1024:.1f} KiB/episode)",
             "target": f"< {RSS_TARGET_MIB:.0f} MiB",
             "ok": r["peak_rss_mib"] < RSS_TARGET_MIB,
         },
         {
-            "name": "audit of 100000 trajectories, CPU",
+            "name": f"audit of {n_trajectories} trajectories, CPU",
             "value": f"{r['cpu_s']:.2f} s",
             "seconds": r["cpu_s"],
             "target": f"< {CPU_TARGET_S * 10:g} s",
@@ -245,9 +245,9 @@ def bench_audit_full(n_trajectories: int = 10_000, n_objects: int = 50, seed: in
     ]
 
 
-def bench_audit_full_100k(n_objects: int = 50, seed: int = 0) -> list[dict]:
+def bench_audit_full_100k(n_objects: int = 50, seed: int = 0, n_trajectories: int = 100_000) -> list[dict]:
     """The full ``countgym audit`` of 100,000 trajectories: peak RSS under 2 GiB."""
-    return bench_audit_full(100_000, n_objects, seed)
+    return bench_audit_full(n_trajectories, n_objects, seed)
 
 
 def bench_write_audit(n_trajectories: int = 10_000, n_objects: int = 50, seed: int = 0) -> dict:

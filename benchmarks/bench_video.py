@@ -106,9 +106,58 @@ def _bench_cycles(spec, size: tuple[int, int], small: tuple[int, int] = (480, 27
     }
 
 
+def bench_video_build(videos: int = 16, size: tuple[int, int] = (1920, 1080), repeats: int = 2,
+                      cores: int = 16) -> dict:
+    """``make_countvideo`` of ``videos`` videos with 1 and then 2 worker processes (alternating,
+    ``repeats`` times each; the fastest of each): the wall-time speed-up from 1 to 2 workers, the
+    CPU seconds per video (the single-process build's own), and the full benchmark projected to
+    2 and ``cores`` free cores at that CPU cost and the measured parallel efficiency. On a busy
+    machine the wall times (and so the speed-up) suffer; the load average is printed beside them."""
+    import os
+    import resource
+
+    from countgym.scenes.video.dataset import make_countvideo
+
+    def cpu(who: int) -> float:
+        ru = resource.getrusage(who)
+        return ru.ru_utime + ru.ru_stime
+
+    best: dict[int, float] = {}
+    cpu_per_video = float("inf")
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(repeats):
+            for workers in (1, 2):
+                out = Path(tmp) / f"w{workers}-{r}"
+                c0, t0 = cpu(resource.RUSAGE_SELF), time.perf_counter()
+                make_countvideo(out, limit=videos, size=size, progress=False, workers=workers)
+                best[workers] = min(best.get(workers, float("inf")), time.perf_counter() - t0)
+                if workers == 1:
+                    cpu_per_video = min(cpu_per_video, (cpu(resource.RUSAGE_SELF) - c0) / videos)
+    speedup = best[1] / best[2]
+    efficiency = min(1.0, speedup / 2)
+    full = cpu_per_video * TOTAL_VIDEOS
+    load = os.getloadavg()[0]
+    return {
+        "name": f"video build by workers ({videos} videos, {size[0]}x{size[1]}, make_countvideo)",
+        "value": f"1 -> 2 workers: {speedup:.2f}x wall ({best[1]:.1f} s -> {best[2]:.1f} s, load avg {load:.1f} on "
+        f"{os.cpu_count()} cores); {cpu_per_video:.2f} s CPU per video; full {TOTAL_VIDEOS} videos projected "
+        f"{full / 2 / efficiency / 60:.0f} min on 2 free cores, {full / cores / efficiency / 60:.1f} min on {cores} "
+        f"(efficiency {efficiency:.2f})",
+        "target": ">= 1.8x from 1 to 2 workers (near-linear)",
+        "ok": speedup >= 1.8,
+        "cpu_s_per_video": cpu_per_video,
+        "speedup_1_to_2": speedup,
+        "projected_minutes_16_cores": full / cores / efficiency / 60,
+    }
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--videos", type=int, default=6)
     ap.add_argument("--no-cycles", action="store_true")
+    ap.add_argument("--build", action="store_true", help="time make_countvideo with 1 and 2 workers instead")
     args = ap.parse_args()
-    print(json.dumps(bench_video(args.videos, cycles=not args.no_cycles), indent=2))
+    if args.build:
+        print(json.dumps(bench_video_build(args.videos), indent=2))
+    else:
+        print(json.dumps(bench_video(args.videos, cycles=not args.no_cycles), indent=2))

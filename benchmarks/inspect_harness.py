@@ -5,7 +5,9 @@ against the same local test server. Runs in its own virtualenv (it never imports
     benchmarks/.venv-inspect/bin/python benchmarks/inspect_harness.py SPEC BASE_URL EPISODES SLOTS
 
 ``SPEC`` is the JSON written by ``bench_harness._inspect_spec``. Prints one JSON line: wall time,
-CPU seconds of the run, calls, peak resident memory.
+CPU seconds of the run, calls, peak resident memory. The run is timed warm, as countgym's side
+is: the imports and one warm-up ``eval`` of a single sample against the same server (Inspect's
+start-up: its registry, logging and provider client) come before the timed window.
 """
 
 from __future__ import annotations
@@ -56,10 +58,8 @@ def main(spec_path: str, base_url: str, n_episodes: int, slots: int) -> dict[str
 
         return solve
 
-    task = Task(dataset=MemoryDataset(samples), solver=tag_loop())
-    with tempfile.TemporaryDirectory() as logs:
-        cpu0, t0 = _cpu_s(), time.perf_counter()
-        result = eval(
+    def run(task: Any, logs: str) -> Any:
+        return eval(
             task,
             model="openai/blob",
             model_base_url=base_url,
@@ -71,6 +71,12 @@ def main(spec_path: str, base_url: str, n_episodes: int, slots: int) -> dict[str
             max_retries=0,
             model_args={"responses_api": False},  # the server speaks chat completions
         )
+
+    with tempfile.TemporaryDirectory() as logs:
+        run(Task(dataset=MemoryDataset(samples[:1]), solver=tag_loop()), logs + "/warm-up")
+        task = Task(dataset=MemoryDataset(samples), solver=tag_loop())
+        cpu0, t0 = _cpu_s(), time.perf_counter()
+        result = run(task, logs + "/timed")
         wall, cpu = time.perf_counter() - t0, _cpu_s() - cpu0
         log = result[0]
         n_calls = sum(sum(1 for m in s.messages if m.role == "assistant") for s in log.samples or [])

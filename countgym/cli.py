@@ -150,6 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
     mk.add_argument("--renderer", default=None, help="video battery: fast (default), blender/cycles, eevee, workbench")
     mk.add_argument("--size", type=_frame_size, default=None, help="video battery frame size: WxH, full, half or quarter")
     mk.add_argument("--video", action="store_true", help="video battery: also write an MP4 of each clip")
+    mk.add_argument("--workers", type=_positive_int, default=None, metavar="N",
+                    help="video battery: render processes (default: every core); a stopped build resumes")
     mk.add_argument("--data", default=None, help="photo sets: the release folder")
     mk.add_argument("--no-progress", action="store_true", help=_NO_PROGRESS)
     dl = scs.add_parser("download", help="fetch the listed images of a photo release")
@@ -312,7 +314,7 @@ def cmd_scenes_make(args: argparse.Namespace) -> int:
     out = make_dataset(
         args.battery, Path(args.out), seed=args.seed, per_level=args.per_level, limit=args.limit,
         renderer=args.renderer, size=args.size, video=args.video, data=args.data,
-        progress=not args.no_progress,
+        progress=not args.no_progress, workers=args.workers,
     )
     print(f"wrote {out}")
     return 0

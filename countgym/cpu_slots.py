@@ -19,14 +19,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 
-def _cores() -> int:
+def cores() -> int:
+    """The cores this process may use (its CPU affinity; the CPU count elsewhere than Linux)."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not Linux
         return max(1, os.cpu_count() or 1)
 
 
-SLOTS = _cores()
+_cores = cores
+SLOTS = cores()
 """CPU-heavy sections running at once (the cores this process may use)."""
 _SEMAPHORE = threading.BoundedSemaphore(SLOTS)
 _HELD = threading.local()

@@ -1,20 +1,40 @@
-"""Decoded stimulus images and their unmarked first view, shared by the episodes that show the
-same image (repeats, arms and cells of one process), in a small bounded cache.
+"""Stimulus images as episodes start from them: decoded and fitted once, shared by the episodes
+that show the same image (repeats, arms and cells of one process), and held compactly while an
+episode waits for its model.
 
 An episode starts by decoding its image, fitting it to the long-side limit and rendering the
 unmarked view (about 10 ms of CPU for 768 x 768, plus the view's PNG encoding when a model sees
-it). Episodes of one stimulus get the same objects instead: the same pixels, decoded once, and
-a fresh read-only copy of the same view (Gymnasium wants new observation data on every call),
-which ``view_key`` names, so that backends encode each distinct view once. Entries are keyed by
-the image file's path, size, modification time and inode, so an edited file is read again.
+it). Episodes of one stimulus get the same ``Original`` instead: the same pixels, decoded once,
+and a fresh read-only copy of the same view (Gymnasium wants new observation data on every
+call), which ``view_key`` names, so that backends encode each distinct view once. Entries are
+keyed by the image file's path, size, modification time and inode, so an edited file is read
+again.
+
+Memory per episode in flight: an original holds one copy of its pixels at most (the view; the
+PIL image episodes draw from is made from it on demand). A view with long runs of equal bytes (a
+battery image: flat background, flat discs) is held as those runs (``RUNS_MAX_BYTES``; a few kB
+instead of 1.7 MB at 768 x 768), expanded again in well under a millisecond when an episode
+draws; any other view is held as its pixels until a backend has encoded it (``keep_encoded``,
+before the first model call), then as that PNG only, decoded again when an episode next draws,
+through a small shared cache of decoded views (``DECODED_BYTES``). Either way an episode holds
+no pixels while it waits for its model.
+
+Large sources (a 2048 px photo: about 45 ms to decode and 42 ms to fit to 1024 px) are fitted
+once per file, not once per episode: the fitted copy is kept as a PNG in the derived cache
+(``<countgym cache>/derived/fitted``, one file per source file, path, size and modification time
+in its name's hash), and later episodes, in this process or another, decode that instead.
+Where the cache cannot be written the fit is simply done again.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
+import os
 import threading
 import weakref
 from collections import OrderedDict
-from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,46 +44,183 @@ from countgym.envs.common import fit_long_side
 from countgym.envs.render import render_working_image
 
 MAX_ENTRIES = 16
-"""Images kept (about 4 MB each at 768 x 768): enough for the stimuli in flight to repeat."""
+"""Originals kept for reuse (an encoded one holds only its PNG; a decoded one about 1.7 MB at
+768 x 768, until a backend encodes its view)."""
+DECODED_BYTES = 24 * 2**20
+"""Decoded views kept for the next draw (about 14 at 768 x 768)."""
+RUNS_MAX_BYTES = 256 * 1024
+"""A view is held as runs of equal bytes when they take at most this much memory."""
 
 
-@dataclass(frozen=True)
 class Original:
     """A stimulus image as every episode starts from it."""
 
-    image: Image.Image
-    """The RGB image fitted to the long-side limit; shared, so never drawn on (renders copy it)."""
-    stored_size: tuple[int, int]
-    """The size of the image file's pixels, before fitting."""
-    view: np.ndarray
-    """The unmarked working image (read-only): the first observation."""
-    key: tuple[Any, ...] | None = None
-    """What identifies the view's pixels (None: not cached)."""
+    __slots__ = ("stored_size", "size", "mode", "key", "_image", "_pixels", "_runs", "_png", "_lock", "__weakref__")
+
+    def __init__(self, image: Image.Image, stored_size: tuple[int, int], key: tuple[Any, ...] | None) -> None:
+        self.stored_size = stored_size
+        """The size of the image file's pixels, before fitting."""
+        self.size = image.size
+        """(width, height) after fitting to the long-side limit."""
+        self.mode = image.mode
+        self.key = key
+        """What identifies the view's pixels (None: not cached)."""
+        view = np.asarray(render_working_image(image))
+        view.flags.writeable = False
+        self._png: bytes | None = None
+        # An RGB image is its view's pixels: it is made from them on demand, not kept twice.
+        self._image: Image.Image | None = None if image.mode == "RGB" else image
+        self._runs = _pack_runs(view) if self._image is None else None
+        self._pixels: np.ndarray | None = None if self._runs is not None else view
+        self._lock = threading.Lock()
+
+    @property
+    def view(self) -> np.ndarray:
+        """The unmarked working image (read-only): the first observation's pixels."""
+        return self.pixels()
+
+    @property
+    def image(self) -> Any:
+        """The fitted image episodes draw from (never drawn on: renders copy it): the PIL image,
+        or for an RGB image a stand-in with its size and mode that decodes the pixels on use."""
+        return self._image if self._image is not None else LazyImage(self)
+
+    def pixels(self) -> np.ndarray:
+        """The view's pixels (read-only), decoded again from the PNG when only that is held."""
+        pixels = self._pixels
+        if pixels is not None:
+            return pixels
+        if self._runs is not None:
+            return _unpack_runs(*self._runs)
+        return _decoded(self)
+
+    def png(self) -> bytes | None:
+        """The view's lossless PNG, once a backend encoded it (``keep_encoded``)."""
+        return self._png
+
+    def keep_encoded(self, png: bytes) -> None:
+        """Hold the view as ``png`` (lossless PNG bytes of exactly these pixels) instead of its
+        pixels. Only an RGB original keyed by its file lets go of its pixels."""
+        if self.key is None or self._image is not None or self._runs is not None:
+            return
+        with self._lock:
+            if self._png is None:
+                self._png = png
+                self._pixels = None
 
     def first_view(self) -> np.ndarray:
         """A new read-only copy of the unmarked view, known to ``view_key`` while it lives."""
-        out = self.view.copy()
+        out = _unpack_runs(*self._runs) if self._runs is not None else self.pixels().copy()
         out.flags.writeable = False
         if self.key is not None:
             with _LOCK:
-                _COPIES[id(out)] = self.key
+                _COPIES[id(out)] = self
             weakref.finalize(out, _COPIES.pop, id(out), None)
         return out
 
 
+class LazyImage:
+    """Stands in for an RGB original's PIL image in an episode's state: its size and mode at no
+    cost; its pixels (any other attribute, or ``copy``/``convert``) decoded when asked for."""
+
+    __slots__ = ("_original",)
+
+    def __init__(self, original: Original) -> None:
+        self._original = original
+
+    @property
+    def size(self) -> tuple[int, int]:
+        return self._original.size
+
+    @property
+    def width(self) -> int:
+        return self._original.size[0]
+
+    @property
+    def height(self) -> int:
+        return self._original.size[1]
+
+    @property
+    def mode(self) -> str:
+        return self._original.mode
+
+    def load_image(self) -> Image.Image:
+        """A new PIL image of the pixels (the caller may draw on it)."""
+        return Image.fromarray(self._original.pixels())
+
+    def copy(self) -> Image.Image:
+        return self.load_image()
+
+    def convert(self, mode: str | None = None, *args: Any, **kwargs: Any) -> Image.Image:
+        img = self.load_image()
+        return img if mode in (None, img.mode) and not args and not kwargs else img.convert(mode, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.load_image(), name)
+
+
 _CACHE: OrderedDict[tuple[Any, ...], Original] = OrderedDict()
-_COPIES: dict[int, tuple[Any, ...]] = {}
-_DRAWN: dict[int, tuple[tuple[Any, ...], np.ndarray]] = {}
+_COPIES: dict[int, Original] = {}
+_DRAWN: dict[int, Original] = {}
+_DECODED: OrderedDict[tuple[Any, ...], np.ndarray] = OrderedDict()
 _LOCK = threading.Lock()
+
+
+def _pack_runs(view: np.ndarray) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]] | None:
+    """(byte values, run lengths, shape) of ``view``'s bytes in order, or None when the runs
+    would take more than ``RUNS_MAX_BYTES`` (a photograph)."""
+    flat = np.ascontiguousarray(view).reshape(-1)
+    if flat.size == 0:
+        return None
+    change = np.empty(flat.size, dtype=bool)
+    change[0] = True
+    np.not_equal(flat[1:], flat[:-1], out=change[1:])
+    starts = np.flatnonzero(change)
+    if starts.size * 5 > RUNS_MAX_BYTES:
+        return None
+    lengths = np.diff(np.append(starts, flat.size)).astype(np.uint32)
+    return flat[starts], lengths, view.shape
+
+
+def _unpack_runs(values: np.ndarray, lengths: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """A new read-only array of the pixels ``_pack_runs`` packed."""
+    out = np.repeat(values, lengths).reshape(shape)
+    out.flags.writeable = False
+    return out
+
+
+def _decoded(original: Original) -> np.ndarray:
+    """``original``'s pixels from its PNG, through the bounded cache of decoded views."""
+    key = original.key
+    assert key is not None
+    with _LOCK:
+        hit = _DECODED.get(key)
+        if hit is not None:
+            _DECODED.move_to_end(key)
+            return hit
+    png = original.png()
+    if png is None:  # encoded and decoded at once by another thread: the pixels are back
+        pixels = original._pixels
+        assert pixels is not None
+        return pixels
+    with Image.open(io.BytesIO(png)) as im:
+        pixels = np.asarray(im.convert("RGB") if im.mode != "RGB" else im)
+    pixels.flags.writeable = False
+    with _LOCK:
+        _DECODED[key] = pixels
+        total = sum(a.nbytes for a in _DECODED.values())
+        while total > DECODED_BYTES and len(_DECODED) > 1:
+            total -= _DECODED.popitem(last=False)[1].nbytes
+    return pixels
 
 
 def mark_drawn_over(out: np.ndarray, original: Original) -> np.ndarray:
     """Note that ``out`` (a working image, same size) is ``original``'s unmarked view with marks
     drawn on it, while ``out`` lives: encoders then redo only the rows that differ
     (``drawn_over``). Returns ``out``."""
-    if original.key is not None and out.shape == original.view.shape:
+    if original.key is not None and out.shape[:2] == original.size[::-1] and out.ndim == 3 and out.shape[2] == 3:
         with _LOCK:
-            _DRAWN[id(out)] = (original.key, original.view)
+            _DRAWN[id(out)] = original
         weakref.finalize(out, _DRAWN.pop, id(out), None)
     return out
 
@@ -71,12 +228,22 @@ def mark_drawn_over(out: np.ndarray, original: Original) -> np.ndarray:
 def drawn_over(array: Any) -> tuple[tuple[Any, ...], np.ndarray] | None:
     """(key, pixels) of the unmarked view ``array`` was drawn over, or None."""
     with _LOCK:
-        return _DRAWN.get(id(array))
+        original = _DRAWN.get(id(array))
+    if original is None or original.key is None:
+        return None
+    return original.key, original.pixels()
 
 
 def view_key(array: Any) -> tuple[Any, ...] | None:
     """The key of the cached view ``array`` is a copy of (None for any other object): equal
     keys mean equal pixels, so an encoding of one serves all."""
+    with _LOCK:
+        original = _COPIES.get(id(array))
+    return original.key if original is not None else None
+
+
+def original_of(array: Any) -> Original | None:
+    """The ``Original`` whose unmarked view ``array`` is a copy of, or None."""
     with _LOCK:
         return _COPIES.get(id(array))
 
@@ -96,11 +263,12 @@ def load_original(dataset: Any, stimulus: Any, max_side: int) -> Original:
             if hit is not None:
                 _CACHE.move_to_end(key)
                 return hit
-    raw = dataset.load_image(stimulus)
-    image = fit_long_side(raw, max_side)
-    view = np.asarray(render_working_image(image))
-    view.flags.writeable = False
-    entry = Original(image=image, stored_size=raw.size, view=view, key=key)
+    fitted = _load_fitted(dataset, stimulus, key, max_side) if key is not None else None
+    if fitted is not None:
+        entry = Original(*fitted, key)
+    else:
+        raw = dataset.load_image(stimulus)
+        entry = Original(fit_long_side(raw, max_side), raw.size, key)
     if key is not None:
         with _LOCK:
             _CACHE[key] = entry
@@ -109,7 +277,50 @@ def load_original(dataset: Any, stimulus: Any, max_side: int) -> Original:
     return entry
 
 
+def _fitted_path(key: tuple[Any, ...]) -> Path:
+    from countgym.scenes.cache import derived_cache_root
+
+    name = hashlib.sha256(repr(key).encode()).hexdigest()[:40]
+    return derived_cache_root() / "fitted" / f"{name}.png"
+
+
+def _load_fitted(dataset: Any, stimulus: Any, key: tuple[Any, ...], max_side: int) -> tuple[Image.Image, tuple[int, int]] | None:
+    """(fitted image, stored size) of a source larger than ``max_side`` from the fitted-copy
+    cache, made and kept there on first use; None for a source that needs no fitting or a
+    dataset that reads its images its own way (the caller loads it as usual)."""
+    from countgym.stimulus import Dataset
+
+    if type(dataset).load_image is not Dataset.load_image:
+        return None
+    path = Path(key[0])
+    try:
+        with Image.open(path) as im:  # the header only
+            stored = im.size
+    except (OSError, Image.DecompressionBombError, ValueError):
+        return None  # the usual load reports it
+    if max(stored) <= max_side:
+        return None
+    cached = _fitted_path(key)
+    try:
+        with Image.open(cached) as im:
+            im.load()
+            if im.mode == "RGB":
+                return im.copy(), stored
+    except (OSError, ValueError, SyntaxError):
+        pass
+    fitted = fit_long_side(dataset.load_image(stimulus), max_side)
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cached.with_name(f".{cached.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        fitted.save(tmp, format="PNG", compress_level=1)
+        os.replace(tmp, cached)
+    except OSError:  # a read-only cache: fit again next time
+        Path(tmp).unlink(missing_ok=True) if "tmp" in locals() else None
+    return fitted, stored
+
+
 def clear() -> None:
     """Forget every cached image."""
     with _LOCK:
         _CACHE.clear()
+        _DECODED.clear()

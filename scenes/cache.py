@@ -5,6 +5,12 @@ file lock beside the target: the first one builds, the others wait for it and th
 folder, so a battery is built once rather than once per worker. A build announces itself on
 stderr with its size and an estimate, reports progress with a running estimate of the time
 left, and says when it is done; it never runs silently.
+
+A build that can keep its finished items (``build_once(..., resumable=True)``, the video
+battery) writes into a fixed ``.NAME.partial`` folder beside the target: when it is interrupted
+(Ctrl-C, or SIGTERM, which a build turns into the same interruption) the finished items stay
+there and the next build resumes from them. Any other build writes into a fresh temp folder
+that is removed however it ends, SIGTERM included.
 """
 
 from __future__ import annotations
@@ -12,8 +18,10 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -36,6 +44,37 @@ def derived_cache_root() -> Path:
     """``$COUNTGYM_DERIVED_CACHE``, else ``<countgym cache>/derived``."""
     env = os.environ.get(DERIVED_CACHE_ENV)
     return Path(env).expanduser() if env else cache_root() / "derived"
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM during a build: unwinds like Ctrl-C, so the build's clean-up runs."""
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Within the block, SIGTERM raises ``Terminated`` in the main thread instead of ending the
+    process at once (which skips every ``finally``). Elsewhere than the main thread: no change."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _raise(signum: int, frame: Any) -> None:
+        raise Terminated(f"signal {signum}")
+
+    try:
+        old = signal.signal(signal.SIGTERM, _raise)
+    except (ValueError, OSError):  # no signals here (an embedded interpreter)
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def partial_folder(final: Path) -> Path:
+    """Where a resumable build of ``final`` keeps its finished items until it completes."""
+    return final.parent / f".{final.name}.partial"
 
 
 def _ready(final: Path) -> bool:
@@ -88,6 +127,7 @@ def build_once(
     seconds_per_item: float | None = None,
     stream: TextIO | None = None,
     tip: str | None = None,
+    resumable: bool = False,
 ) -> Path:
     """``final`` if it holds a manifest; else build into a temp folder beside it and rename.
 
@@ -95,6 +135,9 @@ def build_once(
     the others wait and then find the manifest. ``items`` and ``seconds_per_item`` (measured on
     a 2-core machine) make the opening line's estimate (without ``items`` neither the opening nor the closing line);
     ``stream`` defaults to stderr; ``tip`` ends the opening line (e.g. where a smaller set is).
+    ``resumable``: ``build`` skips the items already finished in its folder, which is then the
+    fixed :func:`partial_folder` and is kept when the build is interrupted (Ctrl-C, SIGTERM) or
+    fails; otherwise the temp folder is removed however the build ends.
     """
     if _ready(final):
         return final
@@ -118,9 +161,15 @@ def build_once(
                 flush=True,
             )
         start = time.monotonic()
-        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
+        if resumable:
+            tmp = partial_folder(final)
+            tmp.mkdir(exist_ok=True)
+        else:
+            tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
+        done = False
         try:
-            build(tmp)
+            with sigterm_as_interrupt():
+                build(tmp)
             try:
                 tmp.rename(final)
             except OSError:
@@ -128,9 +177,17 @@ def build_once(
                     raise UserError(
                         f"cache folder {final} exists but holds no manifest.jsonl; delete it"
                     ) from None
+            done = True
         finally:
-            if tmp.exists():
+            if tmp.exists() and (done or not resumable):
                 shutil.rmtree(tmp, ignore_errors=True)
+            elif resumable and tmp.exists():
+                print(
+                    f"countgym: the build of {final.name} stopped; its finished items are kept in {tmp} "
+                    "and the next run resumes from them",
+                    file=out,
+                    flush=True,
+                )
         if items is not None:
             print(
                 f"countgym: built {final.name} in {format_duration(time.monotonic() - start)}",

@@ -27,8 +27,10 @@ def make_dataset(
     video: bool = False,
     data: str | None = None,
     progress: bool = True,
+    workers: int | None = None,
 ) -> Path:
-    """Write ``battery`` into ``out``; a flag the battery does not take is a ``UserError``."""
+    """Write ``battery`` into ``out``; a flag the battery does not take is a ``UserError``.
+    ``workers``: render processes of the video battery (default: every core)."""
     if battery in PHOTO_SETS:
         from .photos import make_photo_set
 
@@ -46,9 +48,9 @@ def make_dataset(
             video_kwargs["size"] = size
         if video:
             video_kwargs["video"] = True
-        return make_countvideo(out, **video_kwargs)
-    if size or video:
-        raise UserError(f"--size and --video apply to countvideo, not {battery!r}")
+        return make_countvideo(out, workers=workers, **video_kwargs)
+    if size or video or workers is not None:
+        raise UserError(f"--size, --video and --workers apply to countvideo, not {battery!r}")
     if battery == "countercount":
         from .counterfactual import make_countercount
 

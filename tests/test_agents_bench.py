@@ -19,7 +19,7 @@ def _run(n_calls: int, wall: float, cpu: float, rss: float, episodes: int = 256)
 def test_rows_use_rounds_for_the_ideal_and_compare_each_path_with_zero_cost_and_inspect() -> None:
     import bench_harness as bh
 
-    runs = {"zero-cost": _run(512, 8.0, 2.0, 300), "direct": _run(512, 8.5, 5.12, 250),
+    runs = {"zero-cost": _run(512, 8.0, 2.0, 300), "direct": _run(512, 8.5, 4.096, 250),
             "litellm": _run(512, 16.0, 6.4, 400), "inspect": _run(512, 9.0, 7.68, 200)}
     runs["direct"]["server_cpu_s"] = 1.024
     rows = bh._rows(runs, 256, 64, 1.0)
@@ -28,7 +28,9 @@ def test_rows_use_rounds_for_the_ideal_and_compare_each_path_with_zero_cost_and_
     assert direct["name"].startswith("harness direct throughput") and direct["value"].startswith("0.94 ")
     assert direct["ok"] is True and "server 2.0 ms CPU/call" in direct["value"]
     assert lite["name"].startswith("harness litellm throughput") and lite["value"].startswith("0.50 ") and lite["ok"] is False
-    assert dcpu["value"].startswith("0.67x (10.0 vs 15.0 ms/call)") and dcpu["ok"] is True
+    assert dcpu["value"].startswith("0.53x (8.0 vs 15.0 ms/call)") and dcpu["ok"] is True
+    assert dcpu["target"] == "<= 0.6x" and "warmed Inspect AI" in dcpu["name"]
+    assert "256 distinct images" in zero["name"]
     assert dmem["value"].startswith("1.25x (250 vs 200 MiB)") and dmem["ok"] is True
     assert lcpu["value"].startswith("0.83x (12.5 vs 15.0 ms/call)") and lcpu["ok"] is False
     assert lmem["value"].startswith("2.00x (400 vs 200 MiB)") and lmem["ok"] is False
@@ -68,6 +70,24 @@ def test_episodes_must_fill_the_slots() -> None:
 
     with pytest.raises(ValueError, match="multiple of the slots"):
         bh.bench_harness(n_episodes=200, concurrency=64)
+    with pytest.raises(ValueError, match="multiple of the images"):
+        bh.bench_harness(n_episodes=64, concurrency=64, images=10)
+
+
+def test_reused_images_are_labelled() -> None:
+    import bench_harness as bh
+
+    rows = bh._rows({"zero-cost": _run(512, 8.0, 2.0, 300), "direct": _run(512, 8.0, 2.0, 300)}, 256, 64, 1.0,
+                    label=bh._label(256, 2))
+    assert "2 images reused 128x each" in rows[0]["name"]
+
+
+def test_every_episode_gets_its_own_image(tmp_path: Path) -> None:
+    import bench_harness as bh
+
+    ds = bh._dataset(tmp_path / "d", 12, 96)
+    pixels = [ds.load_image(ds[i]).tobytes() for i in ds.ids()]
+    assert len(ds.ids()) == 12 and len(set(pixels)) == 12
 
 
 @pytest.mark.slow
@@ -77,7 +97,7 @@ def test_bench_harness_smoke(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
     import bench_harness as bh
 
     monkeypatch.setattr(bh, "INSPECT_PYTHON", tmp_path / "absent" / "python")
-    rows = bh.bench_harness(n_episodes=4, concurrency=2, latency_s=0.0, repeats=2)
+    rows = bh.bench_harness(n_episodes=4, concurrency=2, latency_s=0.0, repeats=2, with_inspect=False)
     assert "median of 2 runs" in rows[0]["name"] and "[runs " in rows[1]["value"]
     assert [r["name"].split(":")[0].split(" (")[0] for r in rows] == [
         "harness zero-cost", "harness direct throughput vs zero-cost", "harness litellm throughput vs zero-cost",

@@ -24,7 +24,7 @@ from PIL import Image
 from countgym.agents.backends.png_bands import encode_png_over
 from countgym.cpu_slots import cpu_slot
 from countgym.envs.actions import Reply
-from countgym.envs.originals import drawn_over, view_key
+from countgym.envs.originals import drawn_over, original_of, view_key
 from countgym.logs import Usage
 
 Message = dict[str, Any]
@@ -207,6 +207,13 @@ def _encode(image: np.ndarray) -> bytes:
         png = encode_png_over(np.asarray(image), *over)
         if png is not None:
             return png
+    view = view_key(image)
+    if view is not None:
+        # An unmarked view: encoded as its row bands, which the renders drawn over it reuse.
+        a = np.asarray(image)
+        png = encode_png_over(a, view, a)
+        if png is not None:
+            return png
     return encode_png(image)
 
 
@@ -228,14 +235,19 @@ def png_data_url(image: np.ndarray) -> str:
     view = view_key(image)
     with _PNG_LOCK:
         url = _VIEW_URLS.get(view) if view is not None else None
+    png: bytes | None = None
     if url is None:
         with cpu_slot():  # at most one encode per core (``countgym.cpu_slots``)
-            url = "data:image/png;base64," + base64.b64encode(_encode(image)).decode("ascii")
+            png = _encode(image)
+            url = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
         if view is not None:
             with _PNG_LOCK:
                 _VIEW_URLS[view] = url
                 while len(_VIEW_URLS) > _MAX_VIEW_URLS:
                     _VIEW_URLS.pop(next(iter(_VIEW_URLS)))
+    if view is not None and (original := original_of(image)) is not None and original.png() is None:
+        # The shared original now holds this PNG instead of its pixels while episodes wait.
+        original.keep_encoded(png if png is not None else base64.b64decode(url.partition(",")[2]))
     try:
         weakref.finalize(image, _PNG_CACHE.pop, key, None)
     except TypeError:  # objects without weakref support are simply not cached

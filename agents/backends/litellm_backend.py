@@ -56,6 +56,7 @@ from countgym.agents.backends.openai_direct import (
     bounded_transport,
     request_body,
 )
+from countgym.agents.backends.providers import PROVIDERS, SELF_HOSTED, direct_endpoint, provider_key, provider_of
 from countgym.agents.backends.reasoning import ReasoningRequest, reasoning_request
 from countgym.deadlines import episode_elapsed
 from countgym.envs.actions import Reply
@@ -159,7 +160,11 @@ class LiteLLMBackend(BaseChatModel):
             client and never imports litellm (``agents.backends.openai_direct``); "litellm" calls
             ``litellm.acompletion``; "auto" (default) is "direct" for an ``openai/`` model with an
             ``api_base`` (unless the name is one of OpenAI's own: ``gpt-...``, ``o3-...``) and
-            "litellm" otherwise. Without prices the direct path's cost is None.
+            "litellm" otherwise. "direct" also reaches the OpenAI-compatible providers of
+            ``agents.backends.providers`` (``groq/``, ``openrouter/``, ``together_ai/``,
+            ``deepseek/``, ``fireworks_ai/``, ``xai/``, ``mistral/``, ...) at their public
+            endpoint with the key from their usual variable. Without prices the direct path's
+            cost is None.
         seed: seed of the backoff jitter.
         sleep: the sleeping function (tests record the waits instead of sleeping).
     """
@@ -241,7 +246,12 @@ class LiteLLMBackend(BaseChatModel):
         self._direct = None
         if self.transport == "direct":
             headers = self.extra_params.get("extra_headers")
-            self._direct = DirectTransport(self._send_base or "", api_key, headers if isinstance(headers, dict) else None,
+            key = api_key or provider_key(model)
+            if key is None and provider_of(model) not in SELF_HOSTED:
+                key = "no-key"  # never another provider's key (OPENAI_API_KEY) to this one
+            register_secret(key)
+            self._direct = DirectTransport(direct_endpoint(model, self._send_base) or "", key,
+                                           headers if isinstance(headers, dict) else None,
                                            url_basic_auth=url_basic_auth, max_body_bytes=max_body_bytes)
 
     sends_data_urls = True
@@ -569,9 +579,10 @@ def _transport(transport: str, model: str, api_base: str | None) -> str:
     if transport not in TRANSPORTS:
         raise UserError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
     direct_ok = model.startswith("openai/") and len(model) > len("openai/") and bool(api_base)
-    if transport == "direct" and not direct_ok:
-        raise UserError(f"transport 'direct' needs an openai/<name> model and an api_base, got {model!r}"
-                        + ("" if api_base else " without api_base"))
+    if transport == "direct" and direct_endpoint(model, api_base) is None:
+        others = ", ".join(f"{p}/" for p in PROVIDERS if p not in SELF_HOSTED)
+        raise UserError(f"transport 'direct' needs an openai/<name> model and an api_base, or a model of an "
+                        f"OpenAI-compatible provider ({others}), got {model!r}" + ("" if api_base else " without api_base"))
     if transport == "auto":
         # OpenAI's own model names behind an api_base (a proxy of OpenAI) keep litellm, which
         # knows their parameter rules (no temperature for o-series, max_completion_tokens) and prices.

@@ -22,8 +22,11 @@ import numpy as np
 
 BAND_ROWS = 16
 """Rows per independently deflated band (about 37 KB of a 768-wide RGB image)."""
-MAX_VIEWS = 16
-"""Unmarked views whose compressed bands are kept (a few hundred KB each at most)."""
+MAX_VIEWS = 4096
+"""Unmarked views whose compressed bands are kept, at most ..."""
+MAX_BYTES = 32 * 2**20
+"""... and at most this many compressed bytes in all (a battery image's view: tens of kB, a
+photo's: about 1 MB), so that every episode in flight finds its view's bands when it draws."""
 
 _ADLER_MOD = 65521
 _FINAL_BLOCK = zlib.compressobj(1, zlib.DEFLATED, -15).flush()
@@ -37,6 +40,7 @@ Band = tuple[bytes, int, int]
 """(raw deflate bytes ending in a sync flush, Adler-32 of the filtered bytes, their length)."""
 
 _BANDS: OrderedDict[Hashable, list[Band]] = OrderedDict()
+_BYTES = 0
 _LOCK = threading.Lock()
 
 
@@ -84,10 +88,14 @@ def _view_bands(key: Hashable, view_rows: np.ndarray) -> list[Band]:
             return hit
     h = view_rows.shape[0]
     bands = [_band(view_rows, s, min(s + BAND_ROWS, h)) for s in range(0, h, BAND_ROWS)]
+    size = sum(len(b[0]) for b in bands)
+    global _BYTES
     with _LOCK:
-        _BANDS[key] = bands
-        while len(_BANDS) > MAX_VIEWS:
-            _BANDS.popitem(last=False)
+        if key not in _BANDS:
+            _BANDS[key] = bands
+            _BYTES += size
+        while len(_BANDS) > 1 and (len(_BANDS) > MAX_VIEWS or _BYTES > MAX_BYTES):
+            _BYTES -= sum(len(b[0]) for b in _BANDS.popitem(last=False)[1])
     return bands
 
 
@@ -130,5 +138,7 @@ def _chunk(kind: bytes, data: bytes) -> bytes:
 
 def clear() -> None:
     """Forget every cached view's bands."""
+    global _BYTES
     with _LOCK:
         _BANDS.clear()
+        _BYTES = 0

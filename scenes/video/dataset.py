@@ -11,23 +11,34 @@ Each manifest line has ``frames`` (relative paths, in time order), ``n``, ``obj`
 ``battery``, ``camera`` (distance, azimuth_deg, polar_deg), ``shape``, ``color``,
 ``objects_leaving_frame``, ``frame_indices``, the other visibility statistics, the seed, the
 object positions and the renderer.
+
+A build is resumable: each video's ``frames/<id>/stimulus.json`` (its manifest entry and the
+build parameters) is written last, after its frames, so a build started again in the same
+folder with the same parameters keeps the videos that have one and renders only the rest. When
+a build is interrupted (Ctrl-C, SIGTERM) the worker processes stop and the half-written videos'
+files are removed. ``workers`` (default: every core the process may use) render videos in
+parallel processes.
 """
 
 from __future__ import annotations
 
+import json
 import multiprocessing
-import os
-from concurrent.futures import ProcessPoolExecutor
+import shutil
+import signal
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from PIL import Image
 
+from countgym.cpu_slots import cores
 from countgym.errors import UserError
 from countgym.stimulus import Stimulus, write_manifest
 
-from ..cache import progress_bar
+from ..cache import progress_bar, sigterm_as_interrupt
 from .geometry import (
     CANDIDATE_CAP,
     FPS,
@@ -55,7 +66,10 @@ JPEG_QUALITY = 92
 PNG_COMPRESS_LEVEL = 1  # 1920 x 1080 frames: level 6 costs twice the time for 20 % less space
 BUILD_SECONDS_PER_VIDEO = 1.5
 """Measured: about 3 s per 1920 x 1080 video (10 frames kept) with the fast renderer on one
-busy core, two workers in parallel; scaled by pixel count for smaller sizes."""
+busy core, two workers in parallel; scaled by pixel count for smaller sizes and divided by the
+workers beyond two (the build uses every core)."""
+DONE_FILE = "stimulus.json"
+"""Written into a video's frame folder after its frames: the video is finished."""
 SIZES = {"full": (1920, 1080), "half": (960, 540), "quarter": (480, 270)}
 """Named output sizes; the full benchmark is 1920 x 1080."""
 _POOL_MIN_VIDEOS = 4
@@ -88,7 +102,7 @@ def make_countvideo(
     seed: int = 0,
     size: tuple[int, int] | str = (1920, 1080),
     progress: bool = True,
-    workers: int = 2,
+    workers: int | None = None,
     frame_format: str = "jpg",
     video: bool = False,
     candidate_cap: int = CANDIDATE_CAP,
@@ -101,8 +115,13 @@ def make_countvideo(
     MP4 (needs PyAV for the fast renderer). ``renderer`` is ``fast`` (default, numpy) or a
     Blender engine (``blender``/``cycles``, ``eevee``, ``workbench``; needs the ``blender``
     extra). ``reading`` is how Appendix B's camera offsets and object origins are read
-    (``geometry.READINGS``; ``appendix-euler`` rebuilds generator version 2).
+    (``geometry.READINGS``; ``appendix-euler`` rebuilds generator version 2). ``workers``:
+    parallel render processes (default: every core the process may use). Videos already
+    finished in ``out`` by an earlier build with the same parameters are kept.
     """
+    workers = cores() if workers is None else workers
+    if not isinstance(workers, int) or workers < 1:
+        raise UserError(f"--workers must be a positive integer, got {workers}")
     if renderer not in RENDERERS:
         raise UserError(f"unknown renderer {renderer!r}; choose from {', '.join(RENDERERS)}")
     if frame_format not in FRAME_FORMATS:
@@ -120,17 +139,78 @@ def make_countvideo(
     if reading not in READINGS:
         raise UserError(f"unknown reading {reading!r}; choose from {', '.join(READINGS)}")
     tasks = [(s, seed, str(out), renderer, wh, frame_format, video, candidate_cap, reading) for s in specs]
-    bar = {"total": len(tasks), "desc": f"scenes {BATTERY}", "enabled": progress}
-    if workers <= 1 or len(tasks) < _POOL_MIN_VIDEOS:
-        stimuli = list(progress_bar(map(_make_one, tasks), **bar))
-    else:
-        # Blender is not fork-safe; numpy-only workers are, and forking starts faster.
-        method = "spawn" if renderer != "fast" else None
-        ctx = multiprocessing.get_context(method)
-        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-            stimuli = list(progress_bar(pool.map(_make_one, tasks, chunksize=1), **bar))
-    write_manifest(out, stimuli)
+    done = {st.id: st for t in tasks if (st := _finished(t)) is not None}
+    todo = [t for t in tasks if t[0].stimulus_id not in done]
+    if done and progress:
+        print(f"countgym: resuming in {out}: {len(done)} of {len(tasks)} videos already built",
+              file=sys.stderr, flush=True)
+    bar: dict[str, Any] = {"total": len(todo), "desc": f"scenes {BATTERY}", "enabled": progress}
+    try:
+        with sigterm_as_interrupt():
+            for st in progress_bar(_render_all(todo, workers, renderer), **bar):
+                done[st.id] = st
+    except BaseException:
+        # Finished videos stay (the next build resumes from them); half-written ones go.
+        for t in todo:
+            if t[0].stimulus_id not in done and _finished(t) is None:
+                _remove_video(out, t[0].stimulus_id)
+        raise
+    write_manifest(out, [done[s.stimulus_id] for s in specs])
     return out
+
+
+def _render_all(tasks: list[tuple[Any, ...]], workers: int, renderer: str) -> Iterator[Stimulus]:
+    """Each task's stimulus as its video finishes, from ``workers`` processes; the processes are
+    stopped when the caller stops early (an interruption)."""
+    if workers <= 1 or len(tasks) < _POOL_MIN_VIDEOS:
+        yield from map(_make_one, tasks)
+        return
+    # Blender is not fork-safe; numpy-only workers are, and forking starts faster.
+    ctx = multiprocessing.get_context("spawn" if renderer != "fast" else None)
+    pool = ctx.Pool(min(workers, len(tasks)), initializer=_worker_signals)
+    try:
+        yield from pool.imap_unordered(_make_one, tasks, chunksize=1)
+        pool.close()
+    except BaseException:
+        pool.terminate()
+        raise
+    finally:
+        pool.join()
+
+
+def _worker_signals() -> None:
+    """A render worker leaves Ctrl-C to its parent (which stops the pool) and dies on SIGTERM."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _build_params(task: tuple[Any, ...]) -> dict[str, Any]:
+    """What a finished video must have been built with to be kept by a later build."""
+    _, seed_offset, _, renderer, size, fmt, video, cap, reading = task
+    return {"generator_version": GENERATOR_VERSION, "seed_offset": seed_offset, "renderer": renderer,
+            "size": list(size), "frame_format": fmt, "video": bool(video), "candidate_cap": cap,
+            "reading": reading}
+
+
+def _finished(task: tuple[Any, ...]) -> Stimulus | None:
+    """The stimulus of a video an earlier build finished with the same parameters, else None."""
+    spec, root = task[0], Path(task[2])
+    try:
+        saved = json.loads((root / "frames" / spec.stimulus_id / DONE_FILE).read_text())
+        if saved.get("params") != _build_params(task):
+            return None
+        st = Stimulus.model_validate(saved["stimulus"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    media = [*(st.frames or []), *([st.meta["video"]] if st.meta.get("video") else [])]
+    if st.id != spec.stimulus_id or not all((root / rel).is_file() for rel in media):
+        return None
+    return st
+
+
+def _remove_video(root: Path, stimulus_id: str) -> None:
+    shutil.rmtree(root / "frames" / stimulus_id, ignore_errors=True)
+    (root / "videos" / f"{stimulus_id}.mp4").unlink(missing_ok=True)
 
 
 def _size(size: tuple[int, int] | str) -> tuple[int, int]:
@@ -230,7 +310,13 @@ def _make_one(task: tuple[Any, ...]) -> Stimulus:
         meta["engine"] = engine
     if video:
         meta["video"] = f"videos/{spec.stimulus_id}.mp4"
-    return stimulus_for(spec, geom, rels, **meta)
+    stimulus = stimulus_for(spec, geom, rels, **meta)
+    # Written last and atomically: its presence means every file of this video is complete.
+    done = folder / DONE_FILE
+    tmp = done.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"params": _build_params(task), "stimulus": stimulus.model_dump(mode="json")}))
+    tmp.replace(done)
+    return stimulus
 
 
 def _save(img: np.ndarray, path: Path, fmt: str) -> None:
@@ -260,8 +346,10 @@ def cached_countvideo(
     size: tuple[int, int] | str = (1920, 1080),
     progress: bool = True,
     cache_root: Path | None = None,
+    workers: int | None = None,
 ) -> Path:
-    """The folder of a generated CountVideoBench set in the cache, built once.
+    """The folder of a generated CountVideoBench set in the cache, built once, with ``workers``
+    processes (default: every core); an interrupted build resumes where it stopped.
 
     The name records the generator version, the subset and the size, e.g.
     ``countvideo-v1-all-1920x1080`` or ``countvideo-v1-k4-480x270``. Building happens beside
@@ -272,16 +360,16 @@ def cached_countvideo(
 
         cache_root = _root()
     w, h = _size(size)
+    n_workers = cores() if workers is None else workers
     tag = "all" if per_level is None else f"k{per_level}"
     final = cache_root / f"{BATTERY}-v{GENERATOR_VERSION}-{tag}-{w}x{h}"
     from countgym.scenes.cache import build_once
 
     return build_once(
         final,
-        lambda tmp: make_countvideo(
-            tmp, per_level=per_level, size=(w, h), progress=progress, workers=min(2, os.cpu_count() or 1)
-        ),
+        lambda tmp: make_countvideo(tmp, per_level=per_level, size=(w, h), progress=progress, workers=n_workers),
         items=len(select_specs(per_level, None)),
-        seconds_per_item=BUILD_SECONDS_PER_VIDEO * (w * h) / (1920 * 1080),
+        seconds_per_item=BUILD_SECONDS_PER_VIDEO * (w * h) / (1920 * 1080) * 2 / max(1, n_workers),
+        resumable=True,
         tip=_build_tip(per_level),
     )
