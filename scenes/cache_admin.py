@@ -4,7 +4,8 @@ Entries are the folders of ``cache_root()`` and of its ``derived/`` folder. Each
 
 - ``complete``: a finished build (it has ``manifest.jsonl``);
 - ``building``: a build in progress (its build lock is held by a live process);
-- ``partial``: an interrupted build that a later build can resume or redo (no manifest);
+- ``partial``: an interrupted build (``.NAME.partial``, which the next build resumes, or a
+  folder without a manifest);
 - ``stale``: a temporary build folder (``.NAME.*.tmp``) or lock file left by a process that died.
 
 Cleaning never touches an entry whose build lock is held.
@@ -74,6 +75,8 @@ def _target_name(path: Path) -> str:
         return name[1:-len(".lock")]
     if name.endswith(".tmp"):
         return name[1:-len(".tmp")].rsplit(".", 1)[0]
+    if name.endswith(".partial"):
+        return name[1:-len(".partial")]
     return name
 
 
@@ -87,12 +90,19 @@ def _items(manifest: Path) -> int | None:
 
 def cache_entries(roots: Iterable[Path] | None = None) -> list[CacheEntry]:
     """Every entry of the cache folders (default: the battery cache and the derived cache)."""
+    extra: list[CacheEntry] = []
     if roots is None:
         derived = derived_cache_root()
-        # The derived cache keeps one folder per kind (transforms/, photos/): each is a root.
+        # The derived cache keeps one folder per kind (transforms/, photos/): each is a root,
+        # except a kind that holds plain files (fitted/: resized copies of large sources), which
+        # is one entry.
         kinds = sorted(p for p in derived.iterdir() if p.is_dir()) if derived.is_dir() else []
-        roots = [cache_root(), *kinds]
+        flat = [k for k in kinds if not any(q.is_dir() for q in k.iterdir())]
+        roots = [cache_root(), *(k for k in kinds if k not in flat)]
         skip = {derived.resolve()}
+        for k in flat:
+            files = [q for q in k.iterdir() if q.is_file()]
+            extra.append(CacheEntry(k, "complete", sum(q.stat().st_size for q in files), len(files)))
     else:
         skip = set()
     roots = [r for r in roots if r.is_dir()]
@@ -111,6 +121,8 @@ def cache_entries(roots: Iterable[Path] | None = None) -> list[CacheEntry]:
                     state = "stale"
                 elif path.name.endswith(".tmp"):
                     state = "building" if held else "stale"
+                elif path.name.endswith(".partial"):
+                    state = "building" if held else "partial"
                 else:
                     continue
                 out.append(CacheEntry(path, state, _size(path), None))
@@ -122,7 +134,7 @@ def cache_entries(roots: Iterable[Path] | None = None) -> list[CacheEntry]:
                 out.append(CacheEntry(path, "complete", _size(path), _items(manifest)))
             else:
                 out.append(CacheEntry(path, "building" if held else "partial", _size(path), None))
-    return out
+    return out + extra
 
 
 def format_bytes(n: int) -> str:

@@ -113,6 +113,9 @@ def _fake_cache(root: Path) -> None:
     (root / "countvideo-v1-k2-960x540" / "frames").mkdir(parents=True)
     (root / "derived" / "transforms" / "dotarrays-ablation-mirror-0123").mkdir(parents=True)
     (root / "derived" / "transforms" / "dotarrays-ablation-mirror-0123" / "manifest.jsonl").write_text('{"id": "a"}\n')
+    (root / ".countvideo-v3-all-1920x1080.partial" / "frames" / "v1").mkdir(parents=True)
+    (root / "derived" / "fitted").mkdir(parents=True)
+    (root / "derived" / "fitted" / "a.png").write_bytes(b"z" * 300)
 
 
 def test_cache_lists_sizes_and_states(tmp_path: Path, monkeypatch, capsys) -> None:
@@ -128,6 +131,8 @@ def test_cache_lists_sizes_and_states(tmp_path: Path, monkeypatch, capsys) -> No
     assert rows[".countvideo-v1-all-1920x1080.lock"][1] == "stale"
     assert rows["countvideo-v1-k2-960x540"][1] == "partial"
     assert rows["dotarrays-ablation-mirror-0123"][1] == "complete" and "derived" not in rows
+    assert rows[".countvideo-v3-all-1920x1080.partial"][1] == "partial"  # a resumable video build
+    assert rows["fitted"][1] == "complete" and "1 items" in " ".join(rows["fitted"])
     assert "countgym cache clean --partial" in out
 
 
@@ -149,8 +154,10 @@ def test_cache_clean_removes_stale_then_partial_never_a_build_in_progress(tmp_pa
         assert not (root / ".countvideo-v1-all-1920x1080.k3j2.tmp").exists()
         assert not (root / ".countvideo-v1-all-1920x1080.lock").exists()
         assert (root / "countvideo-v1-k2-960x540").exists() and (root / "dotarrays-v2").exists()
+        assert (root / ".countvideo-v3-all-1920x1080.partial").exists()
         assert main(["cache", "clean", "--partial"]) == 0
         assert not (root / "countvideo-v1-k2-960x540").exists()
+        assert not (root / ".countvideo-v3-all-1920x1080.partial").exists()
         assert main(["cache", "clean", "--all"]) == 0
         assert not (root / "dotarrays-v2").exists()
         assert (root / ".lattice-v1.zz.tmp").exists() and (root / ".lattice-v1.lock").exists()
