@@ -83,7 +83,8 @@ def profiles_from(path: str | Path | None) -> ProfileSet:
 def simulation(profile: str | Path | ProfileSet | None = None, *, seed: int = 0) -> Iterator[Simulation]:
     """Start a simulated server for the duration of the block."""
     profiles = profile if isinstance(profile, ProfileSet) else profiles_from(profile)
-    server = SimulatedServer(profiles, seed=seed).start()
+    server = SimulatedServer(profiles, seed=seed)
+    server.start()
     register_endpoint(server.base_url)
     try:
         yield Simulation(server=server, profiles=profiles)

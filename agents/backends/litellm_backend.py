@@ -820,12 +820,14 @@ def to_openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
         role = m["role"]
         content = m.get("content")
         if role == "tool":
-            parts = content if isinstance(content, list) else [{"type": "text", "text": str(content or "")}]
-            text = "\n".join(p["text"] for p in parts if p.get("type") == "text")
+            tool_parts: list[dict[str, Any]] = (
+                content if isinstance(content, list) else [{"type": "text", "text": str(content or "")}]
+            )
+            text = "\n".join(p["text"] for p in tool_parts if p.get("type") == "text")
             out.append({"role": "tool", "tool_call_id": m.get("tool_call_id", ""), "content": text})
             images = [
                 {"type": "image_url", "image_url": {"url": png_data_url(p["image"])}}
-                for p in parts
+                for p in tool_parts
                 if p.get("type") == "image"
             ]
             if images:
@@ -841,11 +843,11 @@ def to_openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
             out.append({"role": role, "content": content})
             continue
         if role in ("system", "assistant"):
-            text = "\n".join(p["text"] for p in content if p.get("type") == "text")
+            text = "\n".join(p["text"] for p in content or [] if p.get("type") == "text")
             out.append({"role": role, "content": text})
             continue
         parts: list[dict[str, Any]] = []
-        for p in content:
+        for p in content or []:
             kind = p.get("type")
             if kind == "text":
                 parts.append({"type": "text", "text": p["text"]})

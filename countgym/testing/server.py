@@ -256,9 +256,9 @@ def model_reply(messages: Sequence[dict[str, Any]], *, noise: float = 0.0, seed:
             return f"I can see {len(pts)} of them. Tagging each at its centre.\n{tag}"
         if _BUDGET_MARK in last_user:
             return answer
-        plan = _plan(messages) if _ONE_POINT_MARK in all_user else None
-        if plan is not None and placed < len(plan):
-            tag = json.dumps({"tool": "tag", "points": [plan[placed]]}, separators=(",", ":"))
+        planned = _plan(messages) if _ONE_POINT_MARK in all_user else None
+        if planned is not None and placed < len(planned):
+            tag = json.dumps({"tool": "tag", "points": [planned[placed]]}, separators=(",", ":"))
             return f"Tag {placed} looks right. Next one.\n{tag}"
         return f"Every object carries exactly one tag.\n{answer}"
 
@@ -419,7 +419,7 @@ class TestServer:
         noise: float = 0.0,
     ) -> None:
         bad = [k for k in (faults or {}) if k not in FAULT_KINDS]
-        bad += [k for k in (schedule or []) if k not in (None, "ok", *FAULT_KINDS)]
+        bad += [str(k) for k in (schedule or []) if k not in (None, "ok", *FAULT_KINDS)]
         if bad:
             raise ValueError(f"unknown fault kind(s) {bad}; use {', '.join(FAULT_KINDS)}")
         _check_settings(port, latency_s, faults or {}, retry_after, timeout_sleep_s)

@@ -115,17 +115,17 @@ def simulated_points(
     for p in inside:
         if rng.random() < profile.omission:
             continue
-        out.append(tuple(jitter(p)))  # type: ignore[arg-type]
+        out.append(tuple(jitter(p)))
         if rng.random() < profile.duplicate:
             shift = np.array([rng.choice((-1, 1)), rng.choice((-1, 1))]) * 0.2 * tau_norm
-            out.append(tuple(jitter(p) + shift))  # type: ignore[arg-type]
+            out.append(tuple(jitter(p) + shift))
     whole = int(profile.phantom)
     n_phantoms = sum(whole + (rng.random() < profile.phantom - whole) for _ in inside)
     for _ in range(n_phantoms):
         for _try in range(200):
             c = np.array([rng.uniform(x0, x1), rng.uniform(y0, y1)])
             if not len(all_pts) or float(np.min(np.hypot(*(all_pts - c).T))) > 2.5 * tau_norm:
-                out.insert(rng.randrange(len(out) + 1), tuple(c))  # type: ignore[arg-type]
+                out.insert(rng.randrange(len(out) + 1), tuple(c))
                 break
     return [(min(1000.0, max(0.0, x)), min(1000.0, max(0.0, y))) for x, y in out]
 
@@ -309,8 +309,8 @@ def _tool_reply(messages: Sequence[dict[str, Any]], truth: StimulusTruth, profil
         return f"I see {len(plan)}; I will tag them. {_PLAN_MARK} {_json(plan)}\n{tag}"
     if _BUDGET_MARK in last_user:
         return answer
-    plan = _plan(messages)
-    if plan is not None and placed < len(plan):
-        tag = _json({"tool": "tag", "points": plan[placed : placed + chunk]})
+    planned = _plan(messages)
+    if planned is not None and placed < len(planned):
+        tag = _json({"tool": "tag", "points": planned[placed : placed + chunk]})
         return f"{placed} tagged so far. Next ones.\n{tag}"
     return f"Every object I see carries one tag.\n{answer}"

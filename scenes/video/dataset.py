@@ -217,10 +217,10 @@ def _size(size: tuple[int, int] | str) -> tuple[int, int]:
     if isinstance(size, str):
         if size in SIZES:
             return SIZES[size]
-        w, sep, h = size.lower().partition("x")
+        w_text, sep, h_text = size.lower().partition("x")
         if not sep:
             raise UserError(f"size must be WIDTHxHEIGHT or one of {', '.join(SIZES)}, got {size!r}")
-        size = (int(w), int(h))
+        size = (int(w_text), int(h_text))
     w, h = int(size[0]), int(size[1])
     if not (16 <= w <= 7680 and 16 <= h <= 4320):
         raise UserError(f"size must be between 16 x 16 and 7680 x 4320, got {w} x {h}")
