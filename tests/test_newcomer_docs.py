@@ -64,3 +64,32 @@ def test_the_placeholder_check_keeps_real_ids() -> None:
         check_model_id("REPLACE:gemini-3.1-flash-lite")
     with pytest.raises(UserError, match="cannot tell which backend"):
         check_model_id("gpt4o")
+
+
+def test_a_missing_api_key_ends_the_episode_at_once_naming_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    # litellm reports a missing key as an InternalServerError, which used to be retried as
+    # transient for ~28 s per episode and run again on every resume.
+    from countgym.agents.backends.litellm_backend import LiteLLMBackend
+
+    class InternalServerError(Exception):
+        status_code = 500
+
+    calls = []
+
+    def no_key(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        calls.append(1)
+        raise InternalServerError("litellm.InternalServerError: OpenAIException - Missing credentials. Please pass an api_key")
+
+    be = LiteLLMBackend("openai/gpt-4o-mini", max_attempts=4)
+    monkeypatch.setattr(be, "_call", no_key)
+    monkeypatch.setattr(be, "_sleep", lambda s: pytest.fail("a missing key is not retried"))
+    reply = be.complete([{"role": "user", "content": "Count."}])
+    assert calls == [1] and reply.error is not None
+    assert not reply.error.startswith("[transient]") and "set OPENAI_API_KEY" in reply.error
+
+
+def test_other_server_errors_stay_transient() -> None:
+    from countgym.agents.backends.litellm_backend import missing_key_message
+
+    assert missing_key_message("openai/x", RuntimeError("upstream timed out")) is None
+    assert "GEMINI_API_KEY" in (missing_key_message("gemini/g", RuntimeError("No API key was given")) or "")
