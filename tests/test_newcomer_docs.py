@@ -93,3 +93,15 @@ def test_other_server_errors_stay_transient() -> None:
 
     assert missing_key_message("openai/x", RuntimeError("upstream timed out")) is None
     assert "GEMINI_API_KEY" in (missing_key_message("gemini/g", RuntimeError("No API key was given")) or "")
+
+
+def test_readme_command_block_names_every_command() -> None:
+    import argparse
+
+    from countgym.cli import build_parser
+
+    block = re.search(r"## The command line\n\n```\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    assert block
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    named = set(re.findall(r"^countgym (\w+)", block.group(1), re.M))
+    assert set(sub.choices) <= named, f"README's command block misses {set(sub.choices) - named}"
