@@ -20,6 +20,11 @@ def check_model_id(model: str) -> str:
         raise UserError(
             f"invalid model id {model!r}: use e.g. openai/gpt-4o-mini or hf:/path/to/model"
         )
+    if model.startswith("REPLACE:"):
+        raise UserError(
+            f"model {model!r} is a config template's placeholder: replace it with the id your "
+            "provider uses (e.g. openrouter/<vendor>/<model>, openai/..., gemini/..., or hf:<path>)"
+        )
     if model.startswith(LOCAL_PREFIXES):
         return "local"
     if model.startswith(LITELLM_PREFIXES) or "/" in model:

@@ -299,6 +299,9 @@ class LiteLLMBackend(BaseChatModel):
             except Exception as e:  # provider faults arrive as many exception types
                 retryable, retry_after = self._classify(e)
                 last_error = self.scrub(f"{type(e).__name__}: {_message_of(e)}")
+                missing = missing_key_message(self.model, e)
+                if missing is not None:  # no retry can help: one line naming the key
+                    return Reply(text="", error=missing, latency_s=time.perf_counter() - start)
                 if not retryable:
                     if _is_auth_error(e):
                         last_error = self.scrub(self._auth_line(e))
@@ -600,6 +603,25 @@ def _warn_if_not_disabled(model: str, req: ReasoningRequest) -> None:
 
 class _ContentFiltered(Exception):
     """The provider refused to answer (finish_reason content_filter)."""
+
+
+_MISSING_KEY_PHRASES = ("missing credentials", "api_key client option must be set", "no api key",
+                        "api key not found", "api_key is not set")
+_KEY_ENV = {"openai/": "OPENAI_API_KEY", "gemini/": "GEMINI_API_KEY", "anthropic/": "ANTHROPIC_API_KEY",
+            "openrouter/": "OPENROUTER_API_KEY"}
+
+
+def missing_key_message(model: str, e: BaseException) -> str | None:
+    """One line naming the API key to set, when ``e`` says the call had no key (else None).
+
+    The client libraries report a missing key as a generic error (litellm: an
+    ``InternalServerError``), which a retry policy would otherwise take as transient.
+    """
+    if not any(p in _message_of(e).lower() for p in _MISSING_KEY_PHRASES):
+        return None
+    env = next((v for k, v in _KEY_ENV.items() if model.startswith(k)), None)
+    where = f"set {env}" if env else "set the provider's API key variable"
+    return f"AuthenticationError: no API key for {model!r}: {where} (or --agent-option api_key=...)"
 
 
 def _message_of(e: BaseException) -> str:
