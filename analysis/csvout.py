@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "\n", "\uff1d", "\uff0b", "\uff0d", "\uff20")
@@ -30,7 +31,7 @@ def csv_safe(df: pd.DataFrame) -> pd.DataFrame:
     """A copy of ``df`` with every text cell and column name that could run as a formula escaped."""
     out = df.rename(columns=lambda c: safe_cell(c) if isinstance(c, str) else c)
     for i, dtype in enumerate(out.dtypes):
-        if dtype == object or isinstance(dtype, pd.StringDtype | pd.CategoricalDtype):
+        if dtype == np.dtype(object) or isinstance(dtype, pd.StringDtype | pd.CategoricalDtype):
             col = out.iloc[:, i]
             if isinstance(dtype, pd.CategoricalDtype):
                 col = col.astype(object)

@@ -486,7 +486,7 @@ if __name__ == "__main__":
     else:
         a = sys.argv[1:5]
         kw: dict[str, Any] = {}
-        for key, conv, val in zip(("n_episodes", "concurrency", "latency_s", "repeats"), (int, int, float, int), a):
+        for key, conv, val in zip(("n_episodes", "concurrency", "latency_s", "repeats"), (int, int, float, int), a, strict=False):
             kw[key] = conv(val)
         rows = bench_harness(**kw)
     for row in rows:

@@ -13,7 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from countgym.errors import UserError
-from countgym.limits import MAX_BUDGET, MAX_CONCURRENCY, MAX_REPEATS, config_depth_problem, nesting_message
+from countgym.limits import (
+    MAX_BUDGET,
+    MAX_CONCURRENCY,
+    MAX_REPEATS,
+    config_depth_problem,
+    nesting_message,
+)
 
 
 def _int_at_least(low: int, what: str) -> Any:
@@ -646,7 +652,14 @@ def _frame_numbers(rec: Any, ds: Any, n: int) -> list[int]:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from countgym.sweep import describe_cells, expand, load_config, run_sweep, validate_cells, with_overrides
+    from countgym.sweep import (
+        describe_cells,
+        expand,
+        load_config,
+        run_sweep,
+        validate_cells,
+        with_overrides,
+    )
 
     cfg = with_overrides(load_config(args.config), out=args.out, limit=args.limit)
     if args.dry_run:

@@ -56,7 +56,13 @@ from countgym.agents.backends.openai_direct import (
     bounded_transport,
     request_body,
 )
-from countgym.agents.backends.providers import PROVIDERS, SELF_HOSTED, direct_endpoint, provider_key, provider_of
+from countgym.agents.backends.providers import (
+    PROVIDERS,
+    SELF_HOSTED,
+    direct_endpoint,
+    provider_key,
+    provider_of,
+)
 from countgym.agents.backends.reasoning import ReasoningRequest, reasoning_request
 from countgym.deadlines import episode_elapsed
 from countgym.envs.actions import Reply
