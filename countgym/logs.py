@@ -244,6 +244,9 @@ class EpisodeRecord(BaseModel):
     environment's rules), ``parser`` (the audit's model parser), ``judge`` (the CounterCount
     judge), ``typed`` (a typed action), ``none`` (no count); null when not applicable."""
     truth: Truth | None = None
+    simulated: dict[str, Any] | None = None
+    """Set when a simulated model answered (``--simulate``): ``{"profile": {...}, "source": ...}``
+    with the profile keys in force for this model and the profile file name (or ``built-in``)."""
     countgym_version: str
     template_hash: str
     started_at: str
