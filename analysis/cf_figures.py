@@ -90,8 +90,7 @@ def cross_model_pages(frame: pd.DataFrame, *, seed: int = 0, n_resamples: int = 
         models = list(g.sort_values("model").itertuples(index=False))
         panels: list[tuple[str, Any, bool]] = [(str(m.model), m._asdict(), False) for m in models]
         mrow = means[(means["format"] == fmt) & (means["intervention"] == intervention)].iloc[0]
-        panels.append((f"mean of {len(models)} model{'s' if len(models) != 1 else ''} (95 % CI over models)",
-                       mrow.to_dict(), True))  # fmt: skip
+        panels.append((f"mean of {len(models)} model{'s' if len(models) != 1 else ''}", mrow.to_dict(), True))
         cols = min(6, len(panels))
         rows = chunks(panels, cols)
         fig = Figure(figsize=(13.0, 2.5 * len(rows) + 0.6), layout="constrained")
@@ -108,8 +107,10 @@ def cross_model_pages(frame: pd.DataFrame, *, seed: int = 0, n_resamples: int = 
                     for col, level in CF_HUMAN_LINES.items():
                         k = [m[0] for m in METRICS].index(col)
                         ax.plot([k - 0.4, k + 0.4], [level, level], ":", color="black", lw=1.2)
-                ax.set_title(panel_title(title, limit=34), fontsize=8.5, fontweight="bold" if is_mean else None)
-        fig.suptitle(f"CounterCount {fmt.upper()} · {intervention}: per model, and the mean over models"
+                ax.set_title(title if is_mean else panel_title(title, limit=34), fontsize=8.5,
+                             fontweight="bold" if is_mean else None)
+        fig.suptitle(f"CounterCount {fmt.upper()} · {intervention}: per model, and the mean over models "
+                     "(hatched, 95 % CI over models)"
                      + (" (dotted: human MCQ accuracy, paper values)" if fmt == "mcq" and intervention == "baseline" else ""),
                      fontsize=9.5)  # fmt: skip
         out.append(FigurePage(fig, []))

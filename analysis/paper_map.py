@@ -335,7 +335,8 @@ def paper_map_html(facts: RunFacts) -> str:
     for key, title in PAPERS:
         mine = [r for r in rows if r.paper == key]
         found = sum(r.anchor is not None for r in mine)
-        parts.append(f'<h3 id="paper-map-{key}">{html.escape(title)} ({found} of {len(mine)} here)</h3>')
+        parts.append(f'<details open><summary><h3 id="paper-map-{key}">{html.escape(title)} ({found} of '
+                     f"{len(mine)} here)</h3></summary>")
         body = []
         for r in mine:
             item = html.escape(r.item)
@@ -348,8 +349,8 @@ def paper_map_html(facts: RunFacts) -> str:
             body.append(f'<tr><td>{item}</td><td class="long">{html.escape(r.content)}</td>'
                         f'<td class="long">{where}</td></tr>')  # fmt: skip
         parts.append(
-            '<div class="table-wrap"><table class="paper-map"><thead><tr><th>item</th><th>content</th>'
-            f"<th>in this report</th></tr></thead><tbody>{''.join(body)}</tbody></table></div>"
+            '<div class="table-wrap full"><table class="paper-map"><thead><tr><th>item</th><th>content</th>'
+            f"<th>in this report</th></tr></thead><tbody>{''.join(body)}</tbody></table></div></details>"
         )
     parts.append("</section>")
     return "".join(parts)

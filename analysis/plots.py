@@ -62,6 +62,19 @@ class FigurePage:
     keys: list[tuple[str, str]] = field(default_factory=list)
 
 
+def _log_count_axis(ax: Any, levels: np.ndarray) -> None:
+    """A log x axis over counts with plain labels (1, 2, 5, 10, 20, ...), no minor labels."""
+    from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator, ScalarFormatter
+
+    ax.set_xscale("log")
+    lo, hi = float(levels.min()), float(levels.max())
+    ticks = [t for t in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000) if lo <= t <= hi] or [lo, hi]
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
 def _panel_colors(labels: Sequence[str], all_colors: dict[str, str]) -> dict[str, str]:
     """The figure-wide colours when they are all distinct, else one per label of this panel."""
     if len(all_colors) <= len(_COLORS):
@@ -109,8 +122,10 @@ def accuracy_vs_n_pages(
     out = []
     for page in pages(panels):
         rows, cols = _grid(len(page))
+        # Legends sit under their panel (two columns), so they never cover a curve.
+        legend_in = 0.16 * max(-(-len(p[2]) // 2) for p in page) + 0.2
         # At most 13 in wide (1300 px at 100 dpi): the report's 1400 px layout shows it unscaled.
-        fig = Figure(figsize=(max(8.0, min(5.2, 13.0 / cols) * cols), 3.8 * rows), layout="constrained")
+        fig = Figure(figsize=(max(8.0, min(5.2, 13.0 / cols) * cols), (3.4 + legend_in) * rows), layout="constrained")
         axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).ravel()
         for ax, (ds, model, arms, g, part) in zip(axes, page, strict=False):
             colors = _panel_colors(arms, all_colors)
@@ -133,12 +148,13 @@ def accuracy_vs_n_pages(
             ax.axhline(0.8, color="black", lw=0.6, ls=":")
             lv = g["n_true"].to_numpy(dtype=float)
             if lv.min() > 0 and lv.max() / lv.min() > 10:
-                ax.set_xscale("log")
+                _log_count_axis(ax, lv)
             ax.set_ylim(-0.03, 1.03)
-            ax.set_title(panel_title(short_dataset(ds), model) + part, fontsize=9)
-            ax.set_xlabel("true count n")
-            ax.set_ylabel("exact accuracy")
-            ax.legend(fontsize=LABEL_PT, loc="lower left", ncols=2 if len(arms) > 6 else 1)
+            ax.set_title(panel_title(short_dataset(ds), model, limit=56) + part, fontsize=9)
+            ax.set_xlabel("true count n", fontsize=LABEL_PT + 1)
+            ax.set_ylabel("exact accuracy", fontsize=LABEL_PT + 1)
+            ax.tick_params(labelsize=LABEL_PT)
+            ax.legend(fontsize=LABEL_PT, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncols=2, frameon=False)
         for ax in axes[len(page):]:
             ax.set_visible(False)
         out.append(FigurePage(fig, keys.table))
@@ -185,7 +201,7 @@ def _forest_pages(
         heights = []
         for r in range(nrows):
             row = page[r * ncols:(r + 1) * ncols]
-            heights.append(0.24 * max(len(g) for _, g, _ in row) + 1.3)
+            heights.append(0.24 * max(len(g) for _, g, _ in row) + 1.5)
         fig = Figure(figsize=(13.0 if ncols > 1 else 8.0, sum(heights)), layout="constrained")
         axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False, height_ratios=heights)).ravel()
         for ax, (fk, g, part) in zip(axes, page, strict=False):
@@ -195,6 +211,11 @@ def _forest_pages(
             ax.set_visible(False)
         out.append(FigurePage(fig, keys.table))
     return out
+
+
+def _two_line_title(keys: tuple) -> str:
+    """Dataset over model: a forest panel is narrow (its row labels take room)."""
+    return panel_title(short_dataset(keys[0]), limit=44) + "\n" + panel_title(keys[1], limit=44)
 
 
 def arm_comparison(summary: pd.DataFrame, contrasts: pd.DataFrame) -> Figure | None:
@@ -226,7 +247,7 @@ def arm_comparison_pages(summary: pd.DataFrame) -> list[FigurePage]:
         ax.tick_params(axis="x", labelsize=LABEL_PT)
 
     panels = _facet_rows(s, ["dataset", "model"], "arm")
-    return _forest_pages(panels, draw, lambda k: panel_title(short_dataset(k[0]), k[1]), prefix="A")
+    return _forest_pages(panels, draw, _two_line_title, prefix="A")
 
 
 def contrast_pages(contrasts: pd.DataFrame) -> list[FigurePage]:
@@ -241,7 +262,7 @@ def contrast_pages(contrasts: pd.DataFrame) -> list[FigurePage]:
     em["arm_a"] = em["arm_a"].astype(str)
     base = em.groupby(["dataset", "model"])["arm_a"].transform(lambda a: min(a, key=arm_sort_key))
     em = em[em["arm_a"] == base]
-    em["label"] = [f"{b} − {a}" for a, b in zip(em["arm_a"], em["arm_b"], strict=True)]
+    em["label"] = em["arm_b"].astype(str)  # every row of a panel shares its baseline a
 
     def draw(ax: Any, g: pd.DataFrame, keys: LabelKeys) -> None:
         for i, r in enumerate(g.itertuples(index=False)):
@@ -254,11 +275,11 @@ def contrast_pages(contrasts: pd.DataFrame) -> list[FigurePage]:
         ax.set_yticks(np.arange(len(g)), keys.shorts(g["label"]), fontsize=LABEL_PT)
         ax.set_ylim(len(g) - 0.5, -0.5)
         ax.set_xlim(-1.05, 1.05)
-        ax.set_xlabel("EM difference b − a (95 % CI)", fontsize=LABEL_PT)
+        ax.set_xlabel(f"EM(b) − EM({g['arm_a'].iloc[0]}) (95 % CI)", fontsize=LABEL_PT)
         ax.tick_params(axis="x", labelsize=LABEL_PT)
 
     panels = _facet_rows(em, ["dataset", "model"], "label")
-    return _forest_pages(panels, draw, lambda k: panel_title(short_dataset(k[0]), k[1]), prefix="C")
+    return _forest_pages(panels, draw, _two_line_title, prefix="C")
 
 
 def capacity_profile(summary: pd.DataFrame, contrasts: pd.DataFrame) -> Figure | None:
@@ -268,12 +289,15 @@ def capacity_profile(summary: pd.DataFrame, contrasts: pd.DataFrame) -> Figure |
 
 def capacity_pages(summary: pd.DataFrame) -> list[FigurePage]:
     """The error mix per 100 ground-truth objects (omission, duplicate, phantom) of every
-    audited arm, one panel per dataset, at most ``MAX_SERIES`` (model, arm) rows per panel."""
+    audited arm, one panel per dataset and model, at most ``MAX_SERIES`` arms per panel."""
+    from matplotlib.patches import Patch
+
     audited = summary[summary["n_audited"] > 0].copy() if "n_audited" in summary.columns else summary.iloc[:0]
     if audited.empty:
         return []
-    audited["label"] = [group_label(m, a) for m, a in zip(audited["model"], audited["arm"], strict=True)]
-    audited = audited.sort_values(["dataset", "model", "arm"])
+    audited["arm"] = audited["arm"].astype(str)
+    audited["key"] = [arm_sort_key(a) for a in audited["arm"]]
+    audited = audited.sort_values(["dataset", "model", "key"])
 
     def draw(ax: Any, g: pd.DataFrame, keys: LabelKeys) -> None:
         y = np.arange(len(g))
@@ -282,14 +306,17 @@ def capacity_pages(summary: pd.DataFrame) -> list[FigurePage]:
             v = np.nan_to_num(g[f"{lab}_per100"].to_numpy(dtype=float))
             ax.barh(y, v, left=left, color=AUDIT_COLORS[lab], label=lab)
             left += v
-        ax.set_yticks(y, keys.shorts(g["label"]), fontsize=LABEL_PT)
+        ax.set_yticks(y, keys.shorts(g["arm"]), fontsize=LABEL_PT)
         ax.set_ylim(len(g) - 0.5, -0.5)
         ax.set_xlabel("errors per 100 ground-truth objects", fontsize=LABEL_PT)
         ax.tick_params(axis="x", labelsize=LABEL_PT)
-        ax.legend(fontsize=LABEL_PT, loc="lower right")
 
-    panels = _facet_rows(audited, ["dataset"], "label")
-    return _forest_pages(panels, draw, lambda k: short_dataset(k[0]), cols=2, prefix="M")
+    panels = _facet_rows(audited, ["dataset", "model"], "arm")
+    out = _forest_pages(panels, draw, _two_line_title, prefix="M")
+    handles = [Patch(color=AUDIT_COLORS[lab], label=lab) for lab in ("omission", "duplicate", "phantom")]
+    for page in out:
+        page.fig.legend(handles=handles, loc="outside upper center", ncols=3, fontsize=LABEL_PT)
+    return out
 
 
 def tag_gain(summary: pd.DataFrame, contrasts: pd.DataFrame) -> Figure | None:
@@ -329,7 +356,8 @@ def tag_gain_pages(summary: pd.DataFrame, contrasts: pd.DataFrame) -> list[Figur
     out = []
     for page in pages(panels):
         nrows, ncols = _grid(len(page), 3)
-        fig = Figure(figsize=(13.0 if ncols > 1 else 8.0, 4.2 * nrows), layout="constrained")
+        legend_in = 0.16 * max(-(-len(g) // 2) for _, g, _ in page) + 0.2
+        fig = Figure(figsize=(13.0 if ncols > 1 else 8.0, (3.8 + legend_in) * nrows), layout="constrained")
         axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
         for ax, (fk, g, part) in zip(axes, page, strict=False):
             for i, r in enumerate(g.itertuples(index=False)):
@@ -341,7 +369,7 @@ def tag_gain_pages(summary: pd.DataFrame, contrasts: pd.DataFrame) -> list[Figur
             ax.set_xlabel("pointing error (thousandths of the shorter side)", fontsize=LABEL_PT)
             ax.set_ylabel("gain: EM(tag) − EM(direct)", fontsize=LABEL_PT)
             ax.tick_params(labelsize=LABEL_PT)
-            ax.legend(fontsize=LABEL_PT, loc="best", ncols=2 if len(g) > 6 else 1)
+            ax.legend(fontsize=LABEL_PT, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncols=2, frameon=False)
             ax.set_title(short_dataset(fk[0]) + part, fontsize=9)
         for ax in axes[len(page):]:
             ax.set_visible(False)
@@ -360,32 +388,31 @@ def tau_sensitivity_pages(
     summary: pd.DataFrame, tau_scales: Sequence[float] = TAU_SCALES
 ) -> list[FigurePage]:
     """Audit rates per 100 objects at tau x scale (Appendix E): one row of four panels
-    (on-target, duplicate, phantom, omission) per group of at most ``MAX_SERIES`` audited
-    (dataset, model, arm) lines; rows continue on further pages."""
+    (on-target, duplicate, phantom, omission) per dataset and model, one line per audited arm
+    (at most ``MAX_SERIES`` per row; more continue in a further row); six rows per page."""
     audited = summary[summary["n_audited"] > 0] if "n_audited" in summary.columns else summary.iloc[:0]
     if audited.empty:
         return []
-    audited = audited.sort_values(["dataset", "model", "arm"])
+    audited = audited.assign(arm=audited["arm"].astype(str)).sort_values(["dataset", "model", "arm"])
     scales = sorted({1.0, *tau_scales})
-    labels = [group_label(short_dataset(d), m, a) for d, m, a in
-              zip(audited["dataset"], audited["model"], audited["arm"], strict=True)]  # fmt: skip
-    records = list(zip(audited.to_dict("records"), labels, strict=True))
-    groups = chunks(records)
+    rows = _facet_rows(audited, ["dataset", "model"], "arm")
     keys = LabelKeys(prefix="T")
     out = []
-    for page in chunks(groups, 6):
-        fig = Figure(figsize=(13.0, 3.3 * len(page)), layout="constrained")
-        grid = np.atleast_2d(fig.subplots(len(page), len(AUDIT_LABELS), squeeze=False))
-        for row_axes, group in zip(grid, page, strict=True):
+    for page in chunks(rows, 6):
+        fig = Figure(figsize=(13.0, 3.0 * len(page)), layout="constrained")
+        subfigs = np.atleast_1d(fig.subfigures(len(page), 1))
+        for sub, (fk, g, part) in zip(subfigs, page, strict=True):
+            sub.suptitle(panel_title(short_dataset(fk[0]), fk[1], limit=90) + part, fontsize=9)
+            row_axes = np.atleast_1d(sub.subplots(1, len(AUDIT_LABELS)))
             for ax, lab in zip(row_axes, AUDIT_LABELS, strict=True):
-                for i, (r, label) in enumerate(group):
+                for i, r in enumerate(g.to_dict("records")):
                     vals = [
-                        r.get(f"{lab}_per100" if s == 1.0 else f"{lab}_per100_{scale_label(s)}", np.nan)
-                        for s in scales
+                        r.get(f"{lab}_per100" if sc == 1.0 else f"{lab}_per100_{scale_label(sc)}", np.nan)
+                        for sc in scales
                     ]
                     ax.plot(scales, vals, "-", marker=_MARKERS[i % len(_MARKERS)],
-                            color=_COLORS[i % len(_COLORS)], label=keys.short(label), ms=4)  # fmt: skip
-                ax.set_title(lab.replace("_", "-"), fontsize=9)
+                            color=_COLORS[i % len(_COLORS)], label=keys.short(r["arm"]), ms=4)  # fmt: skip
+                ax.set_title(lab.replace("_", "-"), fontsize=LABEL_PT + 1)
                 ax.set_xlabel("tau scale", fontsize=LABEL_PT)
                 ax.set_xticks(scales)
                 ax.tick_params(labelsize=LABEL_PT)

@@ -656,6 +656,9 @@ caption.simulated { caption-side: top; text-align: left; color: #b00020; font-we
                     padding: 2px 6px; }
 b.simulated { color: #b00020; }
 .missing { color: var(--muted); }
+.table-wrap.full { max-height: none; }
+#paper-map details > summary { cursor: pointer; } #paper-map details > summary h3 { display: inline; }
+table.paper-map td:first-child { width: 6em; }
 details.keys { margin-top: 4px; font-size: 12px; max-width: 1100px; }
 details.keys summary { color: var(--muted); cursor: pointer; }
 .paper-value { color: #8a5a00; font-size: 12px; font-weight: normal; border: 1px solid #e0c080;
