@@ -434,3 +434,21 @@ def test_study_report_fits_a_1400px_window(study_report: Path, tmp_path: Path) -
     r = _measure((study_report / "report.html").read_text(encoding="utf-8"), tmp_path, tmp_path)
     assert {"paper-map", "summary", "arms", "capacity", "human"} <= set(r["sections"])
     _assert_fits(r)
+
+
+def test_video_heatmap_with_a_plugin_label_keeps_its_labels_on_the_figure(tmp_path: Path) -> None:
+    from countgym.analysis import bias
+
+    long = f"{LONG} / {LONG}"
+    df = pd.DataFrame({"model": [long] * 4 + ["openai/internvl2.5-8b / video-p1"] * 4,
+                       "n_true": [8, 19, 31, 42] * 2, "answer": [8, 20, 31, 40] * 2})  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "Tight layout not applied" was a warning here
+        fig = bias.cardinality_heatmap(df)
+        fig.canvas.draw()
+    width = fig.bbox.width
+    for t in fig.axes[0].get_yticklabels():
+        box = t.get_window_extent()
+        assert box.x0 >= 0 and box.x1 <= width, t.get_text()
+    assert any("…" in t.get_text() for t in fig.axes[0].get_yticklabels())
+    bias.save_figure(fig, tmp_path / "em.png")
