@@ -123,8 +123,11 @@ def html_table(
     *,
     table_id: str | None = None,
     numeric: Sequence[str] = (),
+    wrap_at: int | None = None,
 ) -> str:
-    """A table whose every cell is escaped; ``columns`` = (header, column name or cell function)."""
+    """A table whose every cell is escaped; ``columns`` = (header, column name or cell function).
+    Text cells longer than ``wrap_at`` characters (default ``LONG_CELL``) may wrap."""
+    wrap_at = LONG_CELL if wrap_at is None else wrap_at
     # Long snake_case headers may break after an underscore (the table must fit the page).
     head = "".join(f"<th>{esc(h).replace('_', '_<wbr>')}</th>" for h, _ in columns)
     body = []
@@ -135,7 +138,7 @@ def html_table(
             if h in numeric or not callable(c) and _is_num(row.get(c)):
                 cls = ' class="num"'
             else:
-                cls = ' class="long"' if len(text) > LONG_CELL else ""
+                cls = ' class="long"' if len(text) > LONG_CELL else ' class="wrap"' if len(text) > wrap_at else ""
             cells.append(f"<td{cls}>{esc(text)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     tid = f' id="{esc(table_id)}"' if table_id else ""
@@ -181,6 +184,7 @@ def ci_table(
     labels: Mapping[str, str] | None = None,
     digits: int = 2,
     table_id: str | None = None,
+    wrap_at: int | None = None,
 ) -> str:
     """A table in the Summary's format: every column ``X`` that has ``X_low``/``X_high`` (or
     ``X_ci_low``/``X_ci_high``) siblings becomes one ``X [95% CI]`` cell, ``value [low, high]``;
@@ -211,7 +215,7 @@ def ci_table(
             cols.append((head, lambda r, c=c: short_dataset(r.get(c))))
         else:
             cols.append((head, c))
-    return html_table(df, cols, table_id=table_id, numeric=numeric)
+    return html_table(df, cols, table_id=table_id, numeric=numeric, wrap_at=wrap_at)
 
 
 # --- sections -----------------------------------------------------------------------------------
@@ -359,7 +363,9 @@ def principles_section(principles: Mapping[str, pd.DataFrame]) -> str:
         title, text = PRINCIPLE_TEXT.get(name, (name, ""))
         parts.append(
             f'<h3 id="p-{esc(name)}">{esc(title)} <span class="file">{esc(name)}.csv</span></h3>'
-            f'<p class="note">{esc(text)}</p>' + generic_table(df, table_id=f"table-{name}")
+            f'<p class="note">{esc(text)}</p>'
+            # Many columns: intervals as "value [low, high]" cells, labels wrap past 12 characters.
+            + ci_table(df, digits=3, table_id=f"table-{name}", wrap_at=12)
         )
     parts.append("</section>")
     return "".join(parts)
@@ -623,6 +629,7 @@ th, td { padding: 3px 6px; border-bottom: 1px solid var(--line); text-align: lef
 th { position: sticky; top: 0; background: #e9eef5; z-index: 1; vertical-align: bottom; }
 td { white-space: nowrap; }
 td.long { white-space: normal; overflow-wrap: anywhere; min-width: 10em; }
+td.wrap { white-space: normal; overflow-wrap: anywhere; min-width: 6em; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 tbody tr:nth-child(even) { background: var(--alt); }
 figure.plot { margin: 12px 0 22px; }

@@ -452,3 +452,25 @@ def test_video_heatmap_with_a_plugin_label_keeps_its_labels_on_the_figure(tmp_pa
         assert box.x0 >= 0 and box.x1 <= width, t.get_text()
     assert any("…" in t.get_text() for t in fig.axes[0].get_yticklabels())
     bias.save_figure(fig, tmp_path / "em.png")
+
+
+@pytest.mark.slow
+def test_the_order_effect_table_of_a_study_fits(tmp_path: Path) -> None:
+    """The real order_effect.csv columns (15, with an interval) on a study's labels: it scrolled
+    sideways by 8 px before its labels could wrap."""
+    from tests.test_report_layout import CHROMIUM, _assert_fits, _measure
+
+    from countgym.analysis.report import CSS, principles_section
+
+    if CHROMIUM is None:
+        pytest.skip("chromium not installed (Debian: apt-get install -y chromium)")
+    cols = ["dataset", "model", "arm_a", "arm_b", "n_stimuli", "exact_match_a", "exact_match_b", "traversal_tau_a",
+            "traversal_tau_b", "repeat_disagreement", "cross_agreement", "cross_disagreement", "order_effect",
+            "order_effect_ci_low", "order_effect_ci_high"]  # fmt: skip
+    row = ["/runs/data/dotarrays:ablation", "openrouter/google/gemini-3.1-flash-lite-preview", "tag[order=reading]",
+           "tag[order=reverse]", 68, 0.5, 0.25, 0.873, -0.912, 0.125, 0.5, 0.5, -0.375, -0.625, -0.125]  # fmt: skip
+    df = pd.DataFrame([row] * 3, columns=cols)
+    page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><style>{CSS}</style></head><body><main>"
+            f"{principles_section({'order_effect': df})}</main></body></html>")  # fmt: skip
+    assert "order_effect [95% CI]" in page.replace("<wbr>", "") and "-0.375 [-0.625, -0.125]" in page
+    _assert_fits(_measure(page, tmp_path, tmp_path))
