@@ -231,7 +231,7 @@ class _StimulusLookup:
 
 _BASE_EXTRA_COLUMNS = (
     "seed", "answered", "acc10", "signed_error", "revised", "n_steps", "audited", "image_w",
-    "image_h", "extracted_by", "task", "audit_cut",
+    "image_h", "extracted_by", "task", "audit_cut", "reasoning_tokens", "simulated",
 )  # fmt: skip
 
 
@@ -264,6 +264,17 @@ def extracted_by(rec: EpisodeRecord) -> str | None:
     return "rule" if rec.answer is not None else "none"
 
 
+def reasoning_tokens(rec: EpisodeRecord) -> int | None:
+    """Hidden reasoning tokens of an episode: the sum over its steps of the provider-reported
+    ``usage.reasoning_tokens`` (Finger, Table 21); None when no step reported any."""
+    total = None
+    for s in rec.steps:
+        r = s.usage.reasoning_tokens if s.usage is not None else None
+        if r is not None:
+            total = r if total is None else total + r
+    return total
+
+
 def audit_episodes(
     records: Iterable[EpisodeRecord],
     *,
@@ -276,7 +287,9 @@ def audit_episodes(
     """One row per episode: counting metrics plus the point-level audit.
 
     Columns: ``CONTRACT_COLUMNS`` first, then ``seed, answered, acc10, signed_error, revised,
-    n_steps, audited, image_w, image_h, extracted_by, task``, one column per option that can vary
+    n_steps, audited, image_w, image_h, extracted_by, task, reasoning_tokens`` (the steps'
+    reported reasoning tokens summed, NA when none was reported), ``simulated`` (a simulated
+    model answered), one column per option that can vary
     between cells (``arms.OPTION_COLUMNS``: tools as ``tag+grid+answer``, budget, verify, ...,
     empty where an option does not apply), the tau-sensitivity columns and ``meta_keys``.
     ``resolve`` maps a record's ``dataset`` to a ``Dataset`` (default
@@ -420,6 +433,8 @@ def audit_episodes(
         c["extracted_by"].append(extracted_by(rec))
         c["task"].append(task_of(rec))
         c["audit_cut"].append(too_big)
+        c["reasoning_tokens"].append(reasoning_tokens(rec))
+        c["simulated"].append(rec.simulated is not None)
         for k, v in arm_memo.option_values(rec).items():
             c[k].append(v)
         meta = stim.meta if stim is not None else {}
@@ -480,6 +495,8 @@ _DTYPES: dict[str, str] = {
     "audited": "bool",
     "image_w": "Int64",
     "image_h": "Int64",
+    "reasoning_tokens": "Int64",
+    "simulated": "bool",
 }
 
 

@@ -377,13 +377,20 @@ def cardinality_heatmap(
     """Heatmap of EM or coverage (%) by true count x model (Figures 3-4); returns the Figure."""
     plt = _plt()
     m = cardinality_matrix(df, metric=metric, by=by, **cols)
+    from .facets import panel_title
+
+    # Row labels (model / arm) longer than LABEL_CHARS are shortened in the middle, so a plug-in's
+    # module path cannot push the heatmap off the figure.
+    labels = [panel_title(r, limit=LABEL_CHARS) for r in m.index]
+    label_in = 0.075 * max((len(x) for x in labels), default=0) + 0.4
     # At most REPORT_WIDTH_IN wide: 26 cardinalities fit a 1400 px page at 100 dpi.
     fig, ax = plt.subplots(
-        figsize=(min(REPORT_WIDTH_IN, max(6.0, 0.42 * m.shape[1] + 2)), max(2.0, 0.42 * m.shape[0] + 1.2))
+        figsize=(min(REPORT_WIDTH_IN, max(6.0, 0.42 * m.shape[1] + 1.6 + label_in)), max(2.0, 0.42 * m.shape[0] + 1.2)),
+        layout="constrained",
     )
     im = ax.imshow(m.to_numpy(dtype=float), vmin=0, vmax=100, cmap="viridis", aspect="auto")
     ax.set_xticks(range(m.shape[1]), [str(c) for c in m.columns], fontsize=8)
-    ax.set_yticks(range(m.shape[0]), [str(r) for r in m.index], fontsize=9)
+    ax.set_yticks(range(m.shape[0]), labels, fontsize=9)
     for i in range(m.shape[0]):
         for j in range(m.shape[1]):
             v = m.iat[i, j]
@@ -400,7 +407,6 @@ def cardinality_heatmap(
     ax.set_xlabel("ground-truth count")
     ax.set_title({"exact_match": "Exact match (%)", "coverage": "Coverage (%)"}[metric])
     fig.colorbar(im, ax=ax, fraction=0.025)
-    fig.tight_layout()
     return fig
 
 
@@ -411,7 +417,7 @@ def prediction_histogram(
     marked (Figure 5); benchmark cardinalities, if given, are ticked on the x axis."""
     plt = _plt()
     counts = prediction_counts(y_pred)
-    fig, ax = plt.subplots(figsize=(8, 3))
+    fig, ax = plt.subplots(figsize=(8, 3), layout="constrained")
     if counts:
         ax.bar(list(counts), list(counts.values()), width=0.85, color="#4c72b0")
         exc, dfc = largest_local_excess(y_pred), largest_local_deficit(y_pred)
@@ -440,8 +446,9 @@ def prediction_histogram(
     _count_ticks(ax, counts, truth_values)
     ax.set_xlabel("predicted count")
     ax.set_ylabel("predictions")
-    ax.set_title(title)
-    fig.tight_layout()
+    from .facets import panel_title
+
+    ax.set_title(panel_title(title, limit=90))
     return fig
 
 
@@ -467,6 +474,8 @@ def _count_ticks(ax: Any, counts: dict[int, int], truth_values: Iterable[int] | 
 REPORT_WIDTH_IN = 13.0
 """Widest figure (inches); at ``REPORT_DPI`` it fits the report's 1400 px layout."""
 REPORT_DPI = 100
+LABEL_CHARS = 48
+"""Heatmap row labels longer than this are shortened in the middle."""
 MIN_TICK_GAP_PX = 18.0
 """Smallest distance between two x tick labels of a histogram (pixels at ``REPORT_DPI``)."""
 

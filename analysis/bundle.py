@@ -73,27 +73,42 @@ def _write_bytes(data: bytes | str, path: Path) -> Path:
 def build_figures(
     tables: AuditTables, tau_scales: Sequence[float] = TAU_SCALES
 ) -> dict[str, list[ReportFigure]]:
-    """The report's figures per section (``range``, ``arms``, ``capacity``), as PNG bytes."""
+    """The report's figures per section (``range``, ``arms``, ``capacity``), as PNG bytes. A
+    faceted plot with more panels than one figure holds continues in ``NAME_2``, ``NAME_3``."""
     from . import plots
     from .summary import primary_rows
 
     summary = primary_rows(tables.summary)
     specs = (
-        ("range", "accuracy_vs_n", plots.accuracy_vs_n(tables.accuracy_by_n, summary, tables.counting_range),
-         "Exact accuracy vs n per model and arm: dots = observed, steps = isotonic fit, dashed = "
-         "R80, bar at 80 % = its 95 % CI, triangle = right-censored."),
-        ("arms", "arm_comparison", plots.arm_comparison(summary, tables.contrasts),
-         "Exact accuracy per arm (95 % CI) and paired contrasts b − a (filled = CI-solid)."),
-        ("capacity", "capacity_profile", plots.capacity_profile(summary, tables.contrasts),
-         "Capacity profile: pointing error vs tag gain over the direct arm, and the error mix "
-         "per 100 objects."),
-        ("capacity", "tau_sensitivity", plots.tau_sensitivity(summary, tau_scales),
-         "Tau sensitivity: audit rates per 100 objects with tau scaled by 0.75, 1 and 1.5."),
+        ("range", "accuracy_vs_n", None, plots.accuracy_vs_n_pages(tables.accuracy_by_n, summary, tables.counting_range),
+         "Exact accuracy vs n, one panel per dataset and model (at most 12 arms each): dots = "
+         "observed, steps = isotonic fit, dashed = R80, bar at 80 % = its 95 % CI, triangle = "
+         "right-censored."),
+        ("arms", "arm_comparison", None, plots.arm_comparison_pages(summary),
+         "Exact accuracy per arm (95 % CI), one panel per dataset and model."),
+        ("arms", "arm_contrasts", None, plots.contrast_pages(tables.contrasts),
+         "Paired EM contrasts b − a against each panel's baseline arm a (direct when it ran; every "
+         "pair is in the Arm contrasts table), 95 % paired bootstrap CI, filled = CI-solid; one "
+         "panel per dataset and model."),
+        ("capacity", "tag_gain", "fig-tag_gain", plots.tag_gain_pages(summary, tables.contrasts),
+         "Gain from tagging vs pointing error (Finger Figure 4): per dataset, one point per model: "
+         "EM(tag) − EM(direct) on the same images (95 % paired CI) against the tag arm's pointing "
+         "error."),
+        ("capacity", "capacity_profile", None, plots.capacity_pages(summary),
+         "Error mix per 100 ground-truth objects (omission, duplicate, phantom), one panel per "
+         "dataset, one bar per model and tagging arm."),
+        ("capacity", "tau_sensitivity", "fig-tau_sensitivity", plots.tau_sensitivity_pages(summary, tau_scales),
+         "Tau sensitivity (Finger Table 6): audit rates per 100 objects with tau scaled by 0.75, 1 "
+         "and 1.5; one row of panels per group of at most 12 dataset · model · arm lines."),
     )  # fmt: skip
     out: dict[str, list[ReportFigure]] = {}
-    for section, name, fig, caption in specs:
-        if fig is not None:
-            out.setdefault(section, []).append(ReportFigure(name, caption, plots.figure_png(fig)))
+    for section, name, anchor, pages, caption in specs:
+        for i, page in enumerate(pages):
+            stem = name if i == 0 else f"{name}_{i + 1}"
+            cap = caption if len(pages) == 1 else f"{caption} (part {i + 1} of {len(pages)})"
+            out.setdefault(section, []).append(
+                ReportFigure(stem, cap, plots.figure_png(page.fig), tuple(page.keys), anchor if i == 0 else None)
+            )
     return out
 
 
@@ -189,10 +204,13 @@ def write_audit_files(
     )
     versions: set[str] = set()
     task_positions: list[int] = []
+    sim_sources: set[str] = set()
 
     def note(i: int, rec: EpisodeRecord) -> EpisodeRecord:
         rec = answers.step(i, rec)
         versions.add(rec.countgym_version)
+        if rec.simulated is not None:
+            sim_sources.add(str(rec.simulated.get("source") or "built-in"))
         if task_of_record(rec) in ("countercount", "video"):
             task_positions.append(i)
         return rec
@@ -212,6 +230,10 @@ def write_audit_files(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = {name: write_csv(df, out / f"{name}.csv") for name, df in tables.as_dict().items()}
+    from .finger_sections import finger_extra_tables, finger_sections
+
+    extras = finger_extra_tables(tables, n_resamples=n_resamples, seed=seed)
+    written.update({name: write_csv(df, out / f"{name}.csv") for name, df in extras.items() if len(df)})
     errs = list(errors)
     if errs:
         table = pd.DataFrame([e.model_dump() for e in errs], columns=["file", "line", "error"])
@@ -239,7 +261,8 @@ def write_audit_files(
         figures=figures,
         viewer=view,
         provenance={**_provenance(versions, tables, n_logs, n_resamples, seed), **resolution.provenance()},
-        extra_sections=sections,
+        extra_sections=[*finger_sections(extras), *sections],
+        simulated=sorted(sim_sources) if sim_sources else None,
     )
     report_path = _write_bytes(page, out / "report.html")
     return AuditFiles(written, fig_paths, report_path, view.shown, view.total)

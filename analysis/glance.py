@@ -230,8 +230,11 @@ def render(g: Glance, *, where: str) -> str:
     """The table as text (every line at most ``WIDTH`` characters), ending with ``where``: the
     line that says where the full tables are."""
     sections = [s for s in (_image_section(g), _video_section(g), _cf_section(g)) if s]
+    simulated = "simulated" in g.summary.columns and g.summary["simulated"].astype(str).str.lower().eq("true").any()
     lines: list[str] = []
     for s in sections:
+        if simulated:  # every table says so, as the report does
+            lines.append("SIMULATED: answered by a simulated model (--simulate), not a real model")
         lines.extend(s)
     lines.append(where)
     return "\n".join(lines) + "\n"

@@ -77,6 +77,22 @@ class AuditTables:
         return out
 
 
+def mark_simulated(table: pd.DataFrame, episodes: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with a ``simulated`` column (any of the row's episodes answered by a simulated
+    model) when any episode was; unchanged otherwise. Rows are matched to episodes on the
+    grouping columns both tables have."""
+    if "simulated" not in episodes.columns or not episodes["simulated"].any() or table.empty:
+        return table
+    keys = [c for c in ("dataset", "arm", "model", "api_base", "endpoint") if c in table.columns
+            and c in episodes.columns]  # fmt: skip
+    if not keys:
+        return table.assign(simulated=True)
+    flags = episodes.groupby(keys, dropna=False)["simulated"].any().rename("simulated").reset_index()
+    out = table.drop(columns=["simulated"], errors="ignore").merge(flags, on=keys, how="left")
+    out["simulated"] = out["simulated"].fillna(False).astype(bool)
+    return out
+
+
 def compute_tables(
     records: Sequence[EpisodeRecord],
     *,
@@ -115,6 +131,7 @@ def compute_tables(
         tau_scales=tau_scales,
         r80_threshold=r80_threshold,
     )
+    summary = mark_simulated(summary, episodes)
     curve = accuracy_curve_table(episodes, CURVE_BY, threshold=r80_threshold)
     extended = extended_curve_table(episodes, threshold=r80_threshold)
     if len(extended):

@@ -31,11 +31,14 @@ Cell = Callable[[Mapping[str, Any]], str]
 
 @dataclass(frozen=True)
 class ReportFigure:
-    """One embedded figure: file stem, caption and PNG bytes."""
+    """One embedded figure: file stem, caption and PNG bytes; ``keys`` spells out the short
+    keys its labels use (key, label), ``anchor`` is an id to link to."""
 
     name: str
     caption: str
     png: bytes
+    keys: Sequence[tuple[str, str]] = ()
+    anchor: str | None = None
 
 
 # --- safe embedding -----------------------------------------------------------------------------
@@ -120,8 +123,11 @@ def html_table(
     *,
     table_id: str | None = None,
     numeric: Sequence[str] = (),
+    wrap_at: int | None = None,
 ) -> str:
-    """A table whose every cell is escaped; ``columns`` = (header, column name or cell function)."""
+    """A table whose every cell is escaped; ``columns`` = (header, column name or cell function).
+    Text cells longer than ``wrap_at`` characters (default ``LONG_CELL``) may wrap."""
+    wrap_at = LONG_CELL if wrap_at is None else wrap_at
     # Long snake_case headers may break after an underscore (the table must fit the page).
     head = "".join(f"<th>{esc(h).replace('_', '_<wbr>')}</th>" for h, _ in columns)
     body = []
@@ -132,7 +138,7 @@ def html_table(
             if h in numeric or not callable(c) and _is_num(row.get(c)):
                 cls = ' class="num"'
             else:
-                cls = ' class="long"' if len(text) > LONG_CELL else ""
+                cls = ' class="long"' if len(text) > LONG_CELL else ' class="wrap"' if len(text) > wrap_at else ""
             cells.append(f"<td{cls}>{esc(text)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     tid = f' id="{esc(table_id)}"' if table_id else ""
@@ -178,6 +184,7 @@ def ci_table(
     labels: Mapping[str, str] | None = None,
     digits: int = 2,
     table_id: str | None = None,
+    wrap_at: int | None = None,
 ) -> str:
     """A table in the Summary's format: every column ``X`` that has ``X_low``/``X_high`` (or
     ``X_ci_low``/``X_ci_high``) siblings becomes one ``X [95% CI]`` cell, ``value [low, high]``;
@@ -208,7 +215,7 @@ def ci_table(
             cols.append((head, lambda r, c=c: short_dataset(r.get(c))))
         else:
             cols.append((head, c))
-    return html_table(df, cols, table_id=table_id, numeric=numeric)
+    return html_table(df, cols, table_id=table_id, numeric=numeric, wrap_at=wrap_at)
 
 
 # --- sections -----------------------------------------------------------------------------------
@@ -356,7 +363,9 @@ def principles_section(principles: Mapping[str, pd.DataFrame]) -> str:
         title, text = PRINCIPLE_TEXT.get(name, (name, ""))
         parts.append(
             f'<h3 id="p-{esc(name)}">{esc(title)} <span class="file">{esc(name)}.csv</span></h3>'
-            f'<p class="note">{esc(text)}</p>' + generic_table(df, table_id=f"table-{name}")
+            f'<p class="note">{esc(text)}</p>'
+            # Many columns: intervals as "value [low, high]" cells, labels wrap past 12 characters.
+            + ci_table(df, digits=3, table_id=f"table-{name}", wrap_at=12)
         )
     parts.append("</section>")
     return "".join(parts)
@@ -398,11 +407,22 @@ def capacity_table_html(capacity: pd.DataFrame) -> str:
     )
 
 
-def figure_html(png: bytes, caption: str, file: str) -> str:
-    """One embedded figure, scaled down to the page width when wider, with its file name."""
+def figure_html(
+    png: bytes, caption: str, file: str, keys: Sequence[tuple[str, str]] = (), anchor: str | None = None
+) -> str:
+    """One embedded figure, scaled down to the page width when wider, with its file name and,
+    when its labels use short keys, the key table."""
+    fid = f' id="{esc(anchor)}"' if anchor else ""
+    key_table = ""
+    if keys:
+        rows = "".join(f"<tr><td>{esc(k)}</td><td class=\"long\">{esc(v)}</td></tr>" for k, v in keys)
+        key_table = (
+            '<details class="keys" open><summary>Label keys of this figure</summary><div class="table-wrap">'
+            f"<table><thead><tr><th>key</th><th>label</th></tr></thead><tbody>{rows}</tbody></table></div></details>"
+        )
     return (
-        f'<figure class="plot"><img src="{png_uri(png)}" alt="{esc(caption)}">'
-        f'<figcaption>{esc(caption)} <span class="file">{esc(file)}</span></figcaption></figure>'
+        f'<figure class="plot"{fid}><img src="{png_uri(png)}" alt="{esc(caption)}">'
+        f'<figcaption>{esc(caption)} <span class="file">{esc(file)}</span></figcaption>{key_table}</figure>'
     )
 
 
@@ -412,12 +432,21 @@ def section_open(anchor: str, title: str, nav: str | None = None) -> str:
     return f'<section id="{esc(anchor)}"{label}><h2>{esc(title)}</h2>'
 
 
+ARMS_LEAD = (
+    '<p class="note">One panel per dataset and model, at most 12 arms or contrasts per panel '
+    "(more continue in a further panel); labels longer than 24 characters are drawn as keys "
+    "spelled out under the figure. Nothing is pooled across datasets or models.</p>"
+)
+
+
 def figures_section(
     figures: Sequence[ReportFigure], anchor: str, title: str, lead: str = "", nav: str | None = None
 ) -> str:
     if not figures and not lead:
         return ""
-    body = lead + "".join(figure_html(f.png, f.caption, f"figures/{f.name}.png") for f in figures)
+    body = lead + "".join(
+        figure_html(f.png, f.caption, f"figures/{f.name}.png", f.keys, f.anchor) for f in figures
+    )
     return f"{section_open(anchor, title, nav)}{body}</section>"
 
 
@@ -600,6 +629,7 @@ th, td { padding: 3px 6px; border-bottom: 1px solid var(--line); text-align: lef
 th { position: sticky; top: 0; background: #e9eef5; z-index: 1; vertical-align: bottom; }
 td { white-space: nowrap; }
 td.long { white-space: normal; overflow-wrap: anywhere; min-width: 10em; }
+td.wrap { white-space: normal; overflow-wrap: anywhere; min-width: 6em; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 tbody tr:nth-child(even) { background: var(--alt); }
 figure.plot { margin: 12px 0 22px; }
@@ -628,6 +658,18 @@ pre.error { background: #fff1f0; } pre.reply { background: #f0f6ff; }
 .swatch { display: inline-block; width: 11px; height: 11px; border-radius: 50%; border: 3px solid; vertical-align: -1px; }
 .swatch.ok { border-color: rgb(0,170,60); } .swatch.dup { border-color: rgb(255,140,0); }
 .swatch.ph { border-color: rgb(220,0,0); } .swatch.om { border-color: rgb(0,90,255); background: transparent; }
+.simulated-banner { background: #b00020; color: #fff; padding: 6px 10px; border-radius: 4px; margin: 6px 0; }
+caption.simulated { caption-side: top; text-align: left; color: #b00020; font-weight: 700; font-size: 11px;
+                    padding: 2px 6px; }
+b.simulated { color: #b00020; }
+.missing { color: var(--muted); }
+.table-wrap.full { max-height: none; }
+#paper-map details > summary { cursor: pointer; } #paper-map details > summary h3 { display: inline; }
+table.paper-map td:first-child { width: 6em; }
+details.keys { margin-top: 4px; font-size: 12px; max-width: 1100px; }
+details.keys summary { color: var(--muted); cursor: pointer; }
+.paper-value { color: #8a5a00; font-size: 12px; font-weight: normal; border: 1px solid #e0c080;
+               border-radius: 3px; padding: 0 4px; margin-left: 6px; }
 footer { max-width: 1400px; margin: 30px auto; padding: 10px 24px; color: var(--muted); border-top: 1px solid var(--line); }
 """
 
@@ -656,6 +698,30 @@ def nav_links(sections: Sequence[str]) -> list[tuple[str, str]]:
     return links
 
 
+SIMULATED_NOTE = (
+    "SIMULATED: a simulated model answered {what}; the numbers measure the pipeline and the "
+    "injected behaviour, not any real model."
+)
+
+
+def simulated_banner(sources: Sequence[str], share: str = "") -> str:
+    """The header's SIMULATED banner, naming the simulation profiles in force."""
+    what = "these episodes" if not share else f"{share} of these episodes"
+    prof = f" Profiles: {', '.join(sources)}." if sources else ""
+    return f'<p class="simulated-banner" id="simulated"><b>{esc(SIMULATED_NOTE.format(what=what))}</b>{esc(prof)}</p>'
+
+
+_TABLE_OPEN = re.compile(r"(<table\b[^>]*>)")
+_FIGCAPTION_OPEN = "<figcaption>"
+
+
+def mark_simulated(section: str) -> str:
+    """Every table of ``section`` gets a SIMULATED caption, every figure caption a SIMULATED
+    prefix."""
+    section = _TABLE_OPEN.sub(r'\1<caption class="simulated">SIMULATED</caption>', section)
+    return section.replace(_FIGCAPTION_OPEN, _FIGCAPTION_OPEN + '<b class="simulated">SIMULATED</b> ')
+
+
 def render_report(
     tables: AuditTables,
     *,
@@ -664,9 +730,22 @@ def render_report(
     provenance: Mapping[str, object],
     title: str = "countgym audit report",
     extra_sections: Sequence[str] = (),
+    simulated: Sequence[str] | None = None,
+    paper_map: bool = True,
 ) -> str:
     """The report as one HTML string. ``figures`` maps a section (``range``, ``arms``,
-    ``capacity``) to its figures; ``provenance`` lists facts shown in the header."""
+    ``capacity``) to its figures; ``provenance`` lists facts shown in the header.
+
+    ``simulated`` (the profile sources; given, or found in the episodes' ``simulated``
+    column) marks the header and every table and figure SIMULATED. ``paper_map`` adds the
+    "Paper map" section first, linking every table and figure of the three papers to where
+    this report has it."""
+    from .human import human_section
+    from .paper_map import facts_from, paper_map_html, report_anchors
+
+    ep = tables.episodes
+    n_sim = int(ep["simulated"].sum()) if "simulated" in ep.columns else 0
+    is_sim = simulated is not None or n_sim > 0
     facts = " · ".join(f"{esc(k)}: <b>{esc(v)}</b>" for k, v in provenance.items())
     title = display_title(title)
     sections = [
@@ -677,23 +756,36 @@ def render_report(
                 range_table(tables.counting_range), nav="Counting range",
             ),
             contrasts_section(tables.contrasts),
-            figures_section(figures.get("arms", ()), "arms", "Arm comparison", nav="Arms"),
+            figures_section(
+                figures.get("arms", ()), "arms", "Arm comparison", ARMS_LEAD if figures.get("arms") else "",
+                nav="Arms",
+            ),
             figures_section(
                 figures.get("capacity", ()), "capacity", "Capacity profile",
                 capacity_table_html(tables.capacity),
             ),
             principles_section(tables.principles),
             *extra_sections,
+            human_section(),
             viewer_section(viewer),
         ) if s
     ]  # fmt: skip
+    if paper_map:
+        anchors = set().union(*(report_anchors(s) for s in sections))
+        sections.insert(0, paper_map_html(facts_from(anchors, ep, simulated=is_sim)))
+    banner = ""
+    if is_sim:
+        sections = [mark_simulated(s) for s in sections]
+        share = "" if n_sim in (0, len(ep)) else f"{n_sim} of {len(ep)}"
+        banner = simulated_banner(list(simulated or ()), share)
+        title = f"SIMULATED · {title}"
     nav = "".join(f'<a href="#{esc(a)}">{esc(t)}</a>' for a, t in nav_links(sections))
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{esc(title)}</title><style>{CSS}</style></head><body>",
-        f'<header><h1>{esc(title)}</h1><p class="note">{facts}</p><nav>{nav}</nav></header>',
+        f'<header><h1>{esc(title)}</h1>{banner}<p class="note">{facts}</p><nav>{nav}</nav></header>',
         "<main>",
         *sections,
         "</main>",

@@ -61,26 +61,84 @@ def _section(
         if df is not None and len(df):
             parts.append(f"<h3>{esc(name)}</h3>")
             parts.append(ci_table(df, labels=COLUMN_LABELS))
+    seen_anchors: set[str] = set()
     for fig in figures:
-        caption = FIGURE_CAPTIONS.get(fig.stem, "")
+        base = re.sub(r"_\d+$", "", fig.stem)
+        caption = FIGURE_CAPTIONS.get(base, FIGURE_CAPTIONS.get(fig.stem, ""))
         if fig.stem.startswith("predictions_"):
-            caption = ("Predicted counts (Figure 5), titled by model and arm: largest local excess "
-                       "in green, largest local deficit hatched red.")  # fmt: skip
-        parts.append(figure_html(fig.read_bytes(), caption, fig.relative_to(root).as_posix()))
+            caption = ("Predicted counts (Figures 5, 8-15), titled by model and arm: largest local "
+                       "excess in green, largest local deficit hatched red.")  # fmt: skip
+        anchor = FIGURE_ANCHORS.get(base)
+        if anchor in seen_anchors:
+            anchor = None
+        elif anchor:
+            seen_anchors.add(anchor)
+        parts.append(figure_html(fig.read_bytes(), caption, fig.relative_to(root).as_posix(), anchor=anchor))
     parts.append("</section>")
     return "\n".join(parts)
 
 
 FIGURE_CAPTIONS: dict[str, str] = {
-    "cf_category": "Factual accuracy, CF accuracy and bias rate by category (95 % CIs).",
-    "cf_intervention": "CF accuracy and bias rate by intervention (95 % CIs).",
-    "cf_count": "CF accuracy and bias rate by CF count (95 % CIs).",
+    "cf_mean": "Factual accuracy, CF accuracy and bias rate per model (95 % CIs over items) and "
+               "their mean over the models (hatched; 95 % percentile bootstrap CI over models), one "
+               "figure per format and intervention (Figures 4a, 13, 14). The mean panel is the only "
+               "average; it averages models, never formats or interventions.",
+    "cf_category": "CF accuracy and bias rate (%) by category (Figures 15-16): one row per model · "
+                   "format · intervention, nothing pooled across them.",
+    "cf_intervention": "CF accuracy and bias rate (%) by intervention (Figures 7-9, 17-24): one row "
+                       "per model · format, nothing pooled across them.",
+    "cf_count": "CF accuracy and bias rate (%) by CF count (Figure 6a): one row per model · format · "
+                "intervention, nothing pooled across them.",
+    "exact_match_by_count": "Exact match (%) by ground-truth count, one row per model and arm "
+                            "(Figures 4 and 16).",
+    "coverage_by_count": "Coverage (%) by ground-truth count, one row per model and arm (Figure 3).",
+    "cv_class_count": "Exact match (%) by ground-truth count and object class, one block per model "
+                      "and arm (Figure 17): shape rows pool the colours, colour rows pool the shapes.",
     "cf_blur_sweep": "Blur sweep (Appendix C.5.3, Figure 20): CF accuracy and bias rate across blur radii "
-    "and feathering values, mean of MCQ and OE (95 % CI band) and each format.",
-    "exact_match_by_count": "Exact match (%) by ground-truth count and model (Figures 3-4).",
-    "coverage_by_count": "Coverage (%) by ground-truth count and model (Figures 16-17).",
+    "and feathering values, mean of MCQ and OE (95 % CI band) and each format, one row per model.",
 }
-"""Captions of the task figures by file stem (prediction histograms are captioned by model)."""
+"""Captions of the task figures by file stem (a page suffix ``_2`` ... is ignored; prediction
+histograms are captioned by model)."""
+
+FIGURE_ANCHORS: dict[str, str] = {"cf_mean": "cf-mean", "cv_class_count": "cv-class-count"}
+"""Anchors of the figures the paper map links to (the first page of each)."""
+
+
+def _write_pages(pages: Sequence[Any], folder: Path, stem: str) -> list[Path]:
+    """PNG files of a faceted figure's pages: ``stem.png``, ``stem_2.png``, ..."""
+    from countgym.analysis.plots import figure_png
+
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i, page in enumerate(pages):
+        path = folder / (f"{stem}.png" if i == 0 else f"{stem}_{i + 1}.png")
+        path.write_bytes(figure_png(page.fig))
+        paths.append(path)
+    return paths
+
+
+def countercount_figures(frame: pd.DataFrame, out: Path, *, seed: int = 0) -> list[Path]:
+    """The CounterCount figures (``cf_figures``) under ``out/figures``; the per-breakdown files
+    replace the pooled ones of ``cf.write_cf_report`` (same names)."""
+    from countgym.analysis import cf_figures
+
+    folder = out / "figures"
+    for old in folder.glob("cf_*.png"):
+        if re.fullmatch(r"cf_(category|intervention|count|mean)(_\d+)?", old.stem):
+            old.unlink()
+    paths = _write_pages(cf_figures.cross_model_pages(frame, seed=seed), folder, "cf_mean")
+    for factor, stem in (("category", "cf_category"), ("cf_bin", "cf_count"), ("intervention", "cf_intervention")):
+        if factor == "intervention" and frame["intervention"].nunique() < 2:
+            continue
+        paths += _write_pages(cf_figures.breakdown_pages(frame, factor, seed=seed), folder, stem)
+    return paths
+
+
+def _cross_model(frame: pd.DataFrame, seed: int) -> pd.DataFrame:
+    from countgym.analysis.cf_figures import cross_model_table
+
+    t = cross_model_table(frame, seed=seed)
+    return t if len(t) and (t["n_models"] > 1).any() else t.iloc[:0]
 
 
 def video_scores(df: pd.DataFrame, *, seed: int = 0, n_resamples: int = 2000) -> pd.DataFrame:
@@ -174,6 +232,10 @@ def write_task_sections(
         if judge is not None:
             frame = cf.judge_ambiguous(frame, judge, cache_dir=out / "countercount" / "judge-cache")
         written = cf.write_cf_report(frame, out / "countercount", seed=seed)
+        drawn = countercount_figures(frame, out / "countercount", seed=seed)
+        tables_written = [p for p in written if p.suffix != ".png"]
+        others = [p for p in written if p.suffix == ".png" and p.exists() and p not in drawn]
+        written = [*tables_written, *drawn, *others]
         paths.extend(written)
         sections.append(
             _section(
@@ -182,11 +244,15 @@ def write_task_sections(
                 "CounterCount",
                 "Accuracy on factual and counterfactual (CF) items; bias rate = share of CF "
                 "answers equal to the canonical count; other error = any other wrong answer. "
-                "95 % bootstrap CIs; paired deltas against the baseline question.",
+                "95 % bootstrap CIs; paired deltas against the baseline question. Every table row "
+                "and figure row is one model, format and intervention; the only average is the "
+                "cross-model mean, marked as such.",
                 {
                     "scores": cf.cf_scores(frame, seed=seed),
                     "by category": cf.scores_by(frame, "category", seed=seed),
                     "by CF count": cf.scores_by(frame, "cf_bin", seed=seed),
+                    "by edit (removal vs addition, Figure 6b)": cf.scores_by(frame, "edit", seed=seed),
+                    "cross-model mean (Figure 4a)": _cross_model(frame, seed),
                     "interventions (paired deltas)": cf.paired_deltas(frame, seed=seed),
                     "blur sweep (Figure 20)": cf.blur_sweep_scores(frame, seed=seed),
                 },
@@ -218,6 +284,9 @@ def write_task_sections(
             write_csv(tables["EM (%) by object class: shape x colour"], vout / "em_by_class_cell.csv")
             paths.extend([vout / "em_by_class.csv", vout / "em_by_class_cell.csv"])
         figs = bias.bias_figures(df, vout / "figures")
+        from countgym.analysis.video_figures import class_count_pages
+
+        figs[2:2] = _write_pages(class_count_pages(df), vout / "figures", "cv_class_count")
         paths.extend([vout / "bias.csv", *figs])
         sections.append(
             _section(
