@@ -1,0 +1,5 @@
+import sys
+
+from countgym.integrations.lmms_tasks import main
+
+sys.exit(main())
