@@ -1,6 +1,6 @@
 """countgym's direct arms as lmms-eval tasks.
 
-``python -m countgym.integrations.lmms_eval --out DIR --dotarrays D --countvideo V --countercount C``
+``python -m countgym.integrations.lmms_tasks --out DIR --dotarrays D --countvideo V --countercount C``
 writes a folder for ``lmms_eval --include_path DIR``: one task YAML per arm, the hooks
 (``utils.py``) and the documents (``data/<task>.jsonl``). Tasks:
 
@@ -141,7 +141,7 @@ def aggregate(items: Sequence[dict[str, Any]], name: str) -> float:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m countgym.integrations.lmms_eval",
+    ap = argparse.ArgumentParser(prog="python -m countgym.integrations.lmms_tasks",
                                  description="Write countgym's lmms-eval tasks for `lmms_eval --include_path DIR`.")
     ap.add_argument("--out", required=True, help="the folder to write (tasks, hooks, documents)")
     ap.add_argument("--dotarrays", help="a DotArrays dataset: battery name (dotarrays:common) or folder")
@@ -160,3 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     print(f"wrote {', '.join(tasks)} to {args.out}: lmms_eval --include_path {args.out} --tasks {','.join(tasks)}")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,6 +1,6 @@
 """lmms-eval hooks for countgym's task package (``countgym.integrations.lmms_eval``).
 
-Each document is one stimulus prepared by ``python -m countgym.integrations.lmms_eval``: its
+Each document is one stimulus prepared by ``python -m countgym.integrations.lmms_tasks``: its
 media files, the question countgym's environment asks for the arm, and where to find the
 stimulus again for scoring. ``process_results`` steps a fresh countgym environment with the
 model's reply (countgym's own answer extraction) and audits the episode; the aggregations give

@@ -1,5 +1,0 @@
-import sys
-
-from countgym.integrations.lmms_tasks import main
-
-sys.exit(main())
