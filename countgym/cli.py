@@ -465,6 +465,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
     logs = find_logs(args.runs)
     if not logs:
         raise UserError(f"no episode logs (*.jsonl) found in {' '.join(args.runs)}")
+    from countgym.integrations.vf_results import episode_logs
+
+    logs = episode_logs(logs, Path(args.out) / "vf-eval")  # vf-eval results.jsonl, read as episode logs
     from countgym.agents.backends import make_backend
     from countgym.agents.registry import audit_hooks
     from countgym.analysis.extraction import SAME_MODEL

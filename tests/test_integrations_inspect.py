@@ -51,16 +51,19 @@ def test_inspect_task_runs_the_tool_loop_and_scores_with_the_audit(tiny_dataset,
     log = run_eval(task, model, tmp_path)
     [sample] = log.samples
     score = sample.scores["countgym_audit"].value
-    assert score == {"correct": 1.0, "abs_error": 0.0, "on_target": 2.0, "duplicate": 1.0, "phantom": 0.0,
-                     "omission": 0.0, "cardinality_consistent": 0.0}
+    assert score == {"n_true": 2.0, "correct": 1.0, "abs_error": 0.0, "answered": 1.0, "audited": 1.0,
+                     "on_target": 2.0, "duplicate": 1.0, "phantom": 0.0, "omission": 0.0,
+                     "cardinality_consistent": 0.0, "error": 0.0}
     [rec] = episode_records(log)
     assert rec.answer == 2 and len(rec.tags) == 3 and rec.model == "mockllm/model" and rec.end == "answer"
     # The model saw the image each turn and the verification prompt after the tag call.
     users = [m for m in sample.messages if m.role == "user"]
     assert len(users) == 2 and all(any(c.type == "image" for c in m.content) for m in users)
     assert sample.messages[0].role == "system" and "tag" in sample.messages[0].text
-    metrics = {s.name: s.metrics["mean"].value for s in log.results.scores}
-    assert metrics["correct"] == 1.0 and metrics["duplicate"] == 1.0
+    [summary] = log.results.scores
+    metrics = {k: m.value for k, m in summary.metrics.items()}
+    # The audit's names and units: rates per 100 ground-truth objects.
+    assert metrics["em"] == 1.0 and metrics["duplicate_per100"] == 50.0 and metrics["on_target_per100"] == 100.0
     # The written log reads back with Inspect's own reader.
     again = read_eval_log(log.location)
     assert again.samples[0].scores["countgym_audit"].value["on_target"] == 2.0
@@ -122,18 +125,23 @@ def run_dir(tiny_dataset, tmp_path_factory) -> Path:
 
 
 def test_export_inspect_writes_eval_logs_inspect_reads(run_dir, tmp_path, capsys) -> None:
+    from countgym.analysis.summary import summarize
+
     out = tmp_path / "inspect"
     assert main(["export", "--format", "inspect", str(run_dir), "--out", str(out)]) == 0
     files = sorted(out.glob("*.eval"))
     assert len(files) == 2 and f"wrote {files[0]}" in capsys.readouterr().out
     records = read_records(find_logs([run_dir]))
     rows = audit_episodes(records, label_arms=False).set_index("episode_id")
+    summary = summarize(audit_episodes(records, label_arms=False), n_resamples=10).set_index("model")
     seen = 0
     for f in files:
         log = read_eval_log(str(f))
         assert log.status == "success" and log.eval.model in ("noisy-pointer", "blob-counter")
+        assert log.eval.task == f"countgym/DotArrays-v0/{log.eval.model}"
         for s in log.samples:
-            row = rows.loc[s.id]
+            row = rows.loc[s.metadata["episode_id"]]
+            assert s.id.startswith("s") and row["stimulus_id"] not in s.id and s.epoch == 1
             v = s.scores["countgym_audit"].value
             assert v["on_target"] == row["on_target"] and v["phantom"] == row["phantom"]
             assert v["correct"] == float(row["correct"]) and s.target == str(row["n_true"])
@@ -141,9 +149,12 @@ def test_export_inspect_writes_eval_logs_inspect_reads(run_dir, tmp_path, capsys
             assert [m.role for m in s.messages][:3] == ["system", "user", "assistant"]
             assert s.messages[1].text == "Count the dots in this image." and isinstance(s.messages[1].content, str)
             seen += 1
-        means = {s.name: s.metrics["mean"].value for s in log.results.scores}
-        sub = rows[rows["model"] == log.eval.model]
-        assert means["on_target"] == pytest.approx(sub["on_target"].astype(float).mean())
+        # One score entry, the audit's own metrics (names and units) for this cell.
+        [score] = log.results.scores
+        ref = summary.loc[log.eval.model]
+        for k in ("em", "mae", "on_target_per100", "duplicate_per100", "phantom_per100", "omission_per100",
+                  "cardinality_consistency"):
+            assert score.metrics[k].value == pytest.approx(ref[k], nan_ok=True), k
     assert seen == len(records) == 6
 
 
@@ -157,7 +168,7 @@ def test_export_inspect_images_embeds_every_observation(run_dir, tmp_path) -> No
     s = log.samples[0]
     users = [m for m in s.messages if m.role == "user"]
     assert all(m.content[0].type == "image" for m in users)
-    [rec] = [r for r in episode_records(log) if r.episode_id == s.id]
+    [rec] = [r for r in episode_records(log) if r.episode_id == s.metadata["episode_id"]]
     assert len(users) == len([st for st in rec.steps if st.message]) + 1
     # The last image is the final working image, tags drawn, as `countgym replay` renders it.
     import base64
@@ -288,3 +299,111 @@ def test_missing_extra_names_the_extra(run_dir, tmp_path, monkeypatch, capsys) -
     assert main(["export", "--format", "inspect", str(run_dir), "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "countgym: error: inspect-ai is not installed; install the 'inspect' extra: pip install 'countgym[inspect]'"
+
+
+# --- as Inspect's users run it ---------------------------------------------------------------------
+def test_sample_input_carries_the_stimulus_and_ids_carry_no_truth(tiny_dataset) -> None:
+    task = countgym_task("countgym/DotArrays-v0", arm="tag", dataset=tiny_dataset)
+    samples = list(task.dataset)
+    assert len(samples) == 3 and len({s.id for s in samples}) == 3
+    for s in samples:
+        assert not any(sid in s.id for sid in tiny_dataset.ids()) and not s.metadata
+        system, user = s.input
+        assert system.role == "system" and "tag" in system.text
+        [image, text] = user.content
+        assert image.type == "image" and Path(image.image).is_file() and text.text == "Count the dots in this image."
+    # Stable: the same stimulus has the same id in another build of the task.
+    again = countgym_task("countgym/DotArrays-v0", arm="direct", dataset=tiny_dataset)
+    assert sorted(s.id for s in again.dataset) == sorted(s.id for s in samples)
+
+
+def test_any_inspect_solver_can_answer_and_is_scored_by_the_audit(tiny_dataset, tmp_path) -> None:
+    """A plain `generate()` solver sees the image and the question (Sample.input); the scorer
+    reads its final reply with countgym's extraction."""
+    from inspect_ai import Task
+    from inspect_ai.solver import generate
+
+    base = countgym_task("countgym/DotArrays-v0", arm="direct", dataset=tiny_dataset)
+    task = Task(dataset=base.dataset, solver=generate(), scorer=base.scorer, name=base.name)
+    [log] = inspect_eval(task, model=scripted("ANSWER: 4", "ANSWER: 4", "ANSWER: 4"),
+                         log_dir=str(tmp_path / "logs"), display="none", max_samples=1)
+    assert log.status == "success", log.error
+    by_truth = {s.target: s.scores["countgym_audit"].value for s in log.samples}
+    assert by_truth["4"]["correct"] == 1.0 and by_truth["2"]["correct"] == 0.0 and by_truth["2"]["abs_error"] == 2.0
+    first = log.samples[0].input
+    assert any(c.type == "image" for c in first[-1].content)
+    assert log.results.scores[0].metrics["em"].value == pytest.approx(1 / 3)
+
+
+def test_native_and_exported_logs_agree_on_task_ids_epochs_and_metrics(tiny_dataset, tmp_path) -> None:
+    from countgym.logs import LogWriter
+
+    task = countgym_task("countgym/DotArrays-v0", arm="direct", dataset=tiny_dataset)
+    [native] = inspect_eval(task, model=scripted(*["ANSWER: 4"] * 6), epochs=2,
+                            log_dir=str(tmp_path / "logs"), display="none", max_samples=1)
+    assert native.status == "success", native.error
+    run = tmp_path / "run"
+    run.mkdir()
+    w = LogWriter(run / "episodes.jsonl")
+    for rec in episode_records(native):
+        w.append(rec)
+    w.close()
+    [path] = export.export_inspect([run], tmp_path / "exported")
+    exported = read_eval_log(str(path))
+    assert exported.eval.task == native.eval.task == "countgym/DotArrays-v0/direct"
+    key = lambda log: sorted((s.id, s.epoch, s.target) for s in log.samples)  # noqa: E731
+    assert key(exported) == key(native) and {s.epoch for s in native.samples} == {1, 2}
+    [a], [b] = native.results.scores, exported.results.scores
+    assert a.name == b.name == "countgym_audit"
+    for k in ("em", "mae", "on_target_per100", "errors"):
+        assert a.metrics[k].value == pytest.approx(b.metrics[k].value, nan_ok=True), k
+
+
+def test_test_server_reads_the_developer_role_as_the_system_prompt() -> None:
+    from countgym.envs import templates as T
+    from countgym.testing.server import prompt_kind
+
+    text = T.SYSTEM.format(**{k: "dots" if k.startswith("obj") else "6" for k in _fields(T.SYSTEM)})
+    for role in ("system", "developer"):
+        assert prompt_kind([{"role": role, "content": text}, {"role": "user", "content": "x"}]) == "tool"
+
+
+def _fields(template: str) -> set[str]:
+    import string
+
+    return {f for _, f, _, _ in string.Formatter().parse(template) if f}
+
+
+INSPECT_CLI_TIMEOUT = 300
+
+
+def test_inspect_cli_with_openai_provider_against_a_chat_only_server(tiny_dataset, tmp_path) -> None:
+    """`inspect eval ... --model openai/<name> --model-base-url URL`, as Inspect's users run it: the
+    test server has no /responses and reads the `developer` role; scores come out right."""
+    import shutil
+    import subprocess
+    import sys
+    from importlib.metadata import entry_points
+
+    from countgym.testing.server import TestServer
+
+    inspect_cli = shutil.which("inspect", path=str(Path(sys.executable).parent))
+    if inspect_cli is None or not [e for e in entry_points(group="inspect_ai")
+                                   if e.value == "countgym.integrations.inspect"]:
+        pytest.skip("the inspect command or countgym's entry point is not installed")
+    with TestServer() as srv:
+        proc = subprocess.run(
+            [inspect_cli, "eval", "countgym/countgym", "-T", "env=countgym/DotArrays-v0", "-T", "arm=tag",
+             "-T", f"dataset={tiny_dataset.root}", "--model", "openai/blob", "--model-base-url", srv.base_url,
+             "--log-dir", str(tmp_path / "logs"), "--display", "none"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=INSPECT_CLI_TIMEOUT,
+            env={**__import__("os").environ, "OPENAI_API_KEY": "none"},
+        )
+        roles = {m["role"] for m in srv.last_request["messages"]}
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    [log_file] = (tmp_path / "logs").glob("*.eval")
+    log = read_eval_log(str(log_file))
+    assert log.status == "success" and log.eval.task == "countgym/DotArrays-v0/tag"
+    assert "developer" in roles  # what Inspect sends for this model name
+    assert log.results.scores[0].metrics["em"].value == 1.0
+    assert all(r.end == "answer" for r in episode_records(log))

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import sys
 
 import pytest
@@ -129,3 +130,51 @@ def test_native_tool_protocol_gives_the_same_episodes(tiny_dataset, monkeypatch)
         assert rn.tags == rj.tags and rn.answer == rj.answer and n["reward"] == j["reward"] == 1.0
         assert rn.steps[0].tool_calls and not rj.steps[0].tool_calls
         assert rn.arm.options["protocol"] == "native"
+
+
+# --- as verifiers' users run it: its loader by environment id, an AsyncOpenAI client, vf-eval ------
+def test_vf_load_environment_by_the_package_name_and_an_asyncopenai_client(tiny_dataset) -> None:
+    from openai import AsyncOpenAI
+
+    env = vf.load_environment("countgym", dataset=str(tiny_dataset.root), arm="tag")
+    assert isinstance(env, vf.MultiTurnEnv) and env.env_id == "countgym"
+    with TestServer() as srv:
+        client = AsyncOpenAI(base_url=srv.base_url, api_key="none", max_retries=0)
+        outs = env.evaluate_sync(client=client, model="blob", num_examples=3, rollouts_per_example=2,
+                                 state_columns=["countgym_record"])["outputs"]
+    assert len(outs) == 6 and all(o["reward"] == 1.0 for o in outs)
+    recs = [EpisodeRecord.model_validate(o["countgym_record"]) for o in outs]
+    # Two rollouts of a stimulus are two repeats with distinct episode ids; the dataset is named
+    # as given, so the audit can resolve it.
+    assert len({r.episode_id for r in recs}) == 6
+    assert sorted(r.repeat for r in recs if r.stimulus_id == "two") == [0, 1]
+    assert {r.dataset for r in recs} == {str(tiny_dataset.root)}
+
+
+def test_vf_eval_results_are_read_by_countgym_audit(tiny_dataset, tmp_path) -> None:
+    """`vf-eval countgym ... -s -C countgym_record`, then `countgym audit` on its run folder."""
+    import csv
+    import os
+    import shutil
+    import subprocess
+
+    from countgym.cli import main
+
+    vf_eval = shutil.which("vf-eval", path=os.path.dirname(sys.executable))
+    if vf_eval is None:
+        pytest.skip("vf-eval is not installed next to this Python")
+    args = json.dumps({"dataset": str(tiny_dataset.root), "arm": "tag"})
+    with TestServer() as srv:
+        proc = subprocess.run(
+            [vf_eval, "countgym", "-a", args, "-m", "blob", "-b", srv.base_url, "-k", "COUNTGYM_TEST_KEY",
+             "-n", "3", "-r", "1", "-s", "-C", "countgym_record", "-o", str(tmp_path / "vf")],
+            cwd=tmp_path, capture_output=True, text=True, timeout=600,
+            env={**os.environ, "COUNTGYM_TEST_KEY": "none"},
+        )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    [results] = (tmp_path / "vf").rglob("results.jsonl")
+    assert main(["audit", str(results.parent), "--out", str(tmp_path / "audit"), "--no-judge"]) == 0
+    with open(tmp_path / "audit" / "episodes.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 3 and all(r["model"] == "blob" and r["correct"] == "True" for r in rows)
+    assert {r["stimulus_id"] for r in rows} == set(tiny_dataset.ids())

@@ -14,18 +14,16 @@
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from countgym.errors import MissingExtraError, UserError
+from countgym.integrations.evalshape import episode_values, sample_id, summary_metrics, task_name
 from countgym.logs import EpisodeRecord, find_logs, read_records
 
-AUDIT_FIELDS: tuple[str, ...] = (
-    "correct", "abs_error", "on_target", "duplicate", "phantom", "omission", "cardinality_consistent",
-)
-"""Audit columns carried as Inspect scores and metrics."""
+SCORER_NAME = "countgym_audit"
+"""The scorer name the native Inspect task uses (``countgym.integrations.inspect``)."""
 
 NOT_LOGGED = "(first observation: the stimulus image and the protocol's first message; not stored in countgym logs)"
 
@@ -51,16 +49,6 @@ def _audit_rows(records: list[EpisodeRecord]) -> dict[str, dict[str, Any]]:
         warnings.simplefilter("ignore")
         df = audit_episodes(records, label_arms=False)
     return {str(r["episode_id"]): r for r in df.to_dict(orient="records")}
-
-
-def _finite(v: Any) -> float | None:
-    if v is None or isinstance(v, str):
-        return None
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
 
 
 # --- Inspect ------------------------------------------------------------------------------------
@@ -133,25 +121,20 @@ def _eval_log(
     from countgym import __version__
 
     samples = [_sample(r, rows.get(r.episode_id, {}), EvalSample, ds, images) for r in recs]
-    # As Inspect records a scorer with a dict of metrics: one score entry per audit field.
-    scores = []
-    for k in AUDIT_FIELDS:
-        vals = [v for v in (_finite(rows.get(r.episode_id, {}).get(k)) for r in recs) if v is not None]
-        if vals:
-            mean = sum(vals) / len(vals)
-            sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - 1)) if len(vals) > 1 else 0.0
-            scores.append(EvalScore(
-                name=k, scorer="countgym_audit", scored_samples=len(vals),
-                metrics={"mean": EvalMetric(name="mean", value=mean),
-                         "stderr": EvalMetric(name="stderr", value=sd / math.sqrt(len(vals)))},
-            ))  # fmt: skip
+    # As the native task (countgym.integrations.inspect) records its scorer: one score entry,
+    # the audit's metrics under the audit's names and units.
+    scores = [EvalScore(
+        name=SCORER_NAME, scorer=SCORER_NAME, scored_samples=len(samples),
+        metrics={k: EvalMetric(name=k, value=v)
+                 for k, v in summary_metrics([s.scores[SCORER_NAME].value for s in samples]).items()},
+    )]  # fmt: skip
     cell = _cell_id(dataset, arm, model, recs)
     spec = EvalSpec(
         eval_id=cell,
         run_id=cell,
         task_id=cell,
         created=min(r.started_at for r in recs),
-        task=f"countgym/{Path(dataset).name or dataset}/{arm}",
+        task=task_name(recs[0].env, dataset, arm),
         task_version=0,
         dataset=EvalDataset(name=dataset, samples=len(recs), sample_ids=[s.id for s in samples]),
         model=model,
@@ -226,21 +209,21 @@ def _sample(r: EpisodeRecord, row: dict[str, Any], cls: Any, ds: Any = None, ima
         messages.append(ChatMessageAssistant(content=reply or ""))
         if s.message:
             messages.append(user(s.message, k + 1))
-    value = {k: v for k in AUDIT_FIELDS if (v := _finite(row.get(k))) is not None}
+    value = episode_values(row) if row else {"correct": 0.0}
     last = next((m.text for m in reversed(messages) if isinstance(m, ChatMessageAssistant)), "")
     return cls(
-        id=r.episode_id,
+        id=sample_id(r.stimulus_id, r.stimulus_hash),
         epoch=r.repeat + 1,
         input=f"countgym stimulus {r.stimulus_id}",
         target=str(r.truth.n) if r.truth else "",
         messages=messages,
         output=ModelOutput.from_content(r.model, last),
-        scores={"countgym_audit": Score(
-            value=value or {"correct": 0.0},
+        scores={SCORER_NAME: Score(
+            value=value,
             answer=None if r.answer is None else str(r.answer),
             explanation=f"end={r.end}" + (f"; error={r.error}" if r.error else ""),
         )},
-        metadata={"stimulus_id": r.stimulus_id, "end": r.end, "tags": [list(t) for t in r.tags]},
+        metadata={"episode_id": r.episode_id, "end": r.end, "tags": [list(t) for t in r.tags]},
         store={"countgym_record": r.model_dump(mode="json")},
         error=None,
     )

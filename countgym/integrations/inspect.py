@@ -1,34 +1,56 @@
 """Inspect AI adapter (extra ``inspect``): every countgym environment as an Inspect task.
 
-``countgym_task(env_id, arm=...)`` builds a ``Task`` whose samples are the environment's stimuli
-(id = stimulus id, target = the true count), whose solver drives the environment's own loop
-(the protocol text, parser, budget and rendering are countgym's; each model turn is one
+``countgym_task(env_id, arm=...)`` builds a ``Task`` whose samples are the environment's stimuli.
+A sample's ``input`` is the environment's first observation as chat messages (the protocol's
+system prompt, the stimulus image or video frames and the question), so any Inspect solver can
+answer it; its ``id`` is opaque (``evalshape.sample_id``: a stimulus id such as ``n006`` may
+carry its answer) and its ``target`` is the true count. The solver drives the environment's own
+loop (the protocol text, parser, budget and rendering are countgym's; each model turn is one
 ``generate`` through Inspect's model API, tool results come back as a user turn carrying the
-re-rendered image), and whose scorer is countgym's audit of the finished episode (exact match,
-absolute error, on-target / duplicate / phantom / omission, cardinality consistency). The
-episode's ``EpisodeRecord`` is kept in the sample's store (``countgym_record``), so a run can also
-be read by ``countgym audit`` after ``episode_records(log)``.
+re-rendered image). The scorer is countgym's audit of the finished episode; a sample answered by
+another solver is scored by stepping the environment with its final reply. The task metrics
+carry the audit's names and units (``em``, ``mae``, ``on_target_per100`` ...: per 100
+ground-truth objects; see ``evalshape``). The episode's ``EpisodeRecord`` is kept in the
+sample's store (``countgym_record``), so a run can also be read by ``countgym audit`` after
+``episode_records(log)``.
 
 From the command line (Inspect finds the tasks through its entry point):
 
     inspect eval countgym/countgym -T env=countgym/DotArrays-v0 -T arm=tag --model openai/gpt-4o
 
+With ``--model openai/<name> --model-base-url URL`` Inspect takes an unknown model name for
+OpenAI's newest and talks to ``URL/responses``; a chat-only OpenAI-compatible server answers 404
+there, and the solver then switches that model to the chat completions endpoint (once, with a
+warning). Any other failed model call fails the sample (Inspect records the error).
+
 The context policy of *Give the Model a Finger*, App. C applies to the image tool loop: only the
-two most recent images stay in a request (a CountVideoBench question sends all its frames). Harness-driven arms (``list``, ``tiles``) are not model-only loops and are
-refused here; run them with ``countgym run``.
+two most recent images stay in a request (a CountVideoBench question sends all its frames).
+Harness-driven arms (``list``, ``tiles``) are not model-only loops and are refused here; run
+them with ``countgym run``.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
 from countgym.errors import MissingExtraError, UserError
+from countgym.integrations.evalshape import (
+    EPISODE_FIELDS,
+    episode_values,
+    sample_id,
+    summary_metrics,
+    task_name,
+)
 
 RECORD_KEY = "countgym_record"
 """Where the solver leaves the episode record (JSON) in the sample's store."""
 
+SCORER_NAME = "countgym_audit"
 HARNESS_ARMS = frozenset({"list", "tiles"})
+
+logger = logging.getLogger(__name__)
 
 
 def _require_inspect() -> None:
@@ -89,6 +111,16 @@ def _init_params(entry_point: Any) -> set[str]:
     return set(pyinspect.signature(cls).parameters)
 
 
+def _stimulus_ids(base: Any) -> list[str]:
+    return list(getattr(base, "_pool", None) or base.dataset.ids())
+
+
+def sample_ids(env: str, arm: str | None = None, dataset: Any = None) -> dict[str, str]:
+    """The task's sample ids: {opaque sample id: stimulus id}."""
+    base = env_factory(env, arm or _default_arm(env), dataset)()
+    return {sample_id(s, base.dataset.content_hash(base.dataset[s])): s for s in _stimulus_ids(base)}
+
+
 def countgym_task(
     env: str = "countgym/DotArrays-v0",
     *,
@@ -105,24 +137,77 @@ def countgym_task(
     arm = arm or _default_arm(env)
     make = env_factory(env, arm, dataset)
     base = make()
-    ids = list(stimulus_ids) if stimulus_ids is not None else list(getattr(base, "_pool", base.dataset.ids()))
+    ids = list(stimulus_ids) if stimulus_ids is not None else _stimulus_ids(base)
     if limit is not None:
         ids = ids[: max(0, int(limit))]
-    samples = []
+    samples, stimuli = [], {}
     for sid in ids:
         stim = base.dataset[sid]
-        samples.append(Sample(id=sid, input=f"countgym stimulus {sid}", target=str(stim.n),
-                              metadata={"stimulus_id": sid, "obj": stim.obj}))
+        key = sample_id(sid, base.dataset.content_hash(stim))
+        stimuli[key] = sid
+        samples.append(Sample(id=key, input=_first_messages(base, stim), target=str(stim.n)))
     return Task(
-        name=f"countgym/{env.split('/', 1)[1]}/{arm}",
+        name=task_name(env, base.dataset_name, arm),
         dataset=MemoryDataset(samples, name=base.dataset_name),
-        solver=countgym_solver(env, arm, dataset),
-        scorer=audit_scorer(env, arm, dataset),
+        solver=countgym_solver(env, arm, dataset, stimuli=stimuli),
+        scorer=audit_scorer(env, arm, dataset, stimuli=stimuli),
         metadata={"countgym_env": env, "arm": arm},
     )
 
 
-def countgym_solver(env: str, arm: str, dataset: Any = None) -> Any:
+def _first_messages(env: Any, stim: Any) -> list[Any]:
+    """The first observation as Inspect messages: the system prompt (if the protocol has one),
+    then the stimulus media (as files, read by Inspect when the sample starts) and the question."""
+    from inspect_ai.model import ChatMessageSystem, ChatMessageUser, ContentImage, ContentText
+
+    obs, _ = env.reset(options={"stimulus_id": stim.id})
+    ds = env.dataset
+    paths = [ds.image_path(stim)] if stim.image else [ds.media_path(stim, f, "frame") for f in stim.frames or []]
+    parts: list[Any] = [ContentImage(image=str(p)) for p in paths]
+    if obs.get("text"):
+        parts.append(ContentText(text=obs["text"]))
+    out: list[Any] = [ChatMessageSystem(content=obs["system"])] if obs.get("system") else []
+    return [*out, ChatMessageUser(content=parts)]
+
+
+def _responses_endpoint_missing(ex: BaseException) -> bool:
+    """A 404 from an OpenAI-compatible server that has no Responses API."""
+    status = getattr(ex, "status_code", None)
+    request = getattr(getattr(ex, "response", None), "request", None)
+    path = str(getattr(getattr(request, "url", None), "path", "") or "")
+    return status == 404 and path.rstrip("/").endswith("/responses")
+
+
+def _use_chat_completions(model: Any) -> bool:
+    """Switch an OpenAI-provider model from the Responses API to chat completions (for servers
+    that have only ``/chat/completions``); False if the model has no such switch. Samples run
+    concurrently: one that failed after another already switched just retries."""
+    api = getattr(model, "api", None)
+    if not isinstance(getattr(api, "responses_api", None), bool):
+        return False
+    if api.responses_api:
+        api.responses_api = False
+        logger.warning(
+            "countgym: %s has no /responses endpoint (Inspect uses OpenAI's Responses API for this "
+            "model name); using its /chat/completions endpoint. Pass -M responses_api=false to say so "
+            "up front.",
+            getattr(api, "base_url", None) or "the server",
+        )
+    return True
+
+
+async def _generate(state: Any, generate: Any) -> Any:
+    from inspect_ai.model import get_model
+
+    try:
+        return await generate(state)
+    except Exception as ex:  # noqa: BLE001 - re-raised unless it is the missing /responses
+        if _responses_endpoint_missing(ex) and _use_chat_completions(get_model()):
+            return await generate(state)
+        raise
+
+
+def countgym_solver(env: str, arm: str, dataset: Any = None, *, stimuli: dict[str, str] | None = None) -> Any:
     """An Inspect solver that runs one countgym episode per sample with the task's model."""
     _require_inspect()
     from inspect_ai.model import (
@@ -140,13 +225,17 @@ def countgym_solver(env: str, arm: str, dataset: Any = None) -> Any:
     from countgym.logs import Usage
 
     make = env_factory(env, arm, dataset)
+    lookup = stimuli if stimuli is not None else sample_ids(env, arm, dataset)
 
     @solver(name="countgym_loop")
     def _loop() -> Any:
         async def solve(state: TaskState, generate: Generate) -> TaskState:
             model_name = str(get_model())
             env_obj = make()
-            obs, _ = env_obj.reset(options={"stimulus_id": str(state.sample_id)})
+            sid = lookup.get(str(state.sample_id))
+            if sid is None:
+                raise UserError(f"sample {state.sample_id!r} is not a stimulus of this countgym task")
+            obs, _ = env_obj.reset(options={"stimulus_id": sid, "repeat": max(0, state.epoch - 1)})
             state.messages = []
             if obs.get("system"):
                 state.messages.append(ChatMessageSystem(content=obs["system"]))
@@ -155,7 +244,7 @@ def countgym_solver(env: str, arm: str, dataset: Any = None) -> Any:
                 state.messages.append(ChatMessageUser(content=_content(obs)))
                 if "frames" not in obs:  # the tool loop's context policy; a video's frames all stay
                     _keep_recent_images(state.messages)
-                state = await generate(state)
+                state = await _generate(state, generate)
                 out = state.output
                 usage = out.usage
                 reply = Reply(
@@ -168,7 +257,8 @@ def countgym_solver(env: str, arm: str, dataset: Any = None) -> Any:
                 obs, _, terminated, truncated, _ = env_obj.step(reply)
                 done = terminated or truncated
             rec = env_obj.episode_record()
-            rec = rec.model_copy(update={"model": model_name, "episode_id": f"inspect/{rec.episode_id}"})
+            rec = rec.model_copy(update={"model": model_name, "env": env,
+                                         "episode_id": f"inspect/{rec.episode_id}"})
             state.store.set(RECORD_KEY, rec.model_dump(mode="json"))
             return state
 
@@ -195,29 +285,49 @@ def countgym_solver(env: str, arm: str, dataset: Any = None) -> Any:
     return _loop()
 
 
-AUDIT_METRICS: tuple[str, ...] = (
-    "correct", "abs_error", "on_target", "duplicate", "phantom", "omission", "cardinality_consistent",
-)
+AUDIT_METRICS: tuple[str, ...] = EPISODE_FIELDS
+"""The per-sample score values (one episode each); the task metrics are ``SUMMARY_METRICS``."""
 
 
-def audit_scorer(env: str, arm: str, dataset: Any = None) -> Any:
-    """An Inspect scorer: countgym's audit of the episode the solver left in the store."""
+def countgym_metrics() -> Any:
+    """The Inspect metric that reports ``SUMMARY_METRICS`` (the audit's names and units)."""
+    from inspect_ai.scorer import metric
+
+    @metric(name="countgym")
+    def _summary() -> Any:
+        def compute(scores: list[Any]) -> dict[str, float]:
+            vals = [s.score.value for s in scores if isinstance(s.score.value, dict)]
+            return summary_metrics(vals)
+
+        return compute
+
+    return _summary()
+
+
+def audit_scorer(env: str, arm: str, dataset: Any = None, *, stimuli: dict[str, str] | None = None) -> Any:
+    """An Inspect scorer: countgym's audit of the episode the solver left in the store; a
+    sample another solver answered is scored by stepping the environment with its final reply."""
     _require_inspect()
-    from inspect_ai.scorer import Score, Target, mean, scorer, stderr
+    from inspect_ai.scorer import Score, Target, scorer
     from inspect_ai.solver import TaskState
 
     from countgym.logs import EpisodeRecord
 
-    metrics: dict[str, Any] = {name: [mean(), stderr()] for name in AUDIT_METRICS}
-    ds = env_factory(env, arm, dataset)().dataset
+    make = env_factory(env, arm, dataset)
+    ds = make().dataset
+    lookup = stimuli if stimuli is not None else sample_ids(env, arm, dataset)
 
-    @scorer(metrics=metrics, name="countgym_audit")
+    @scorer(metrics=[countgym_metrics()], name=SCORER_NAME)
     def _audit() -> Any:
         async def score(state: TaskState, target: Target) -> Score:
             raw = state.store.get(RECORD_KEY)
-            if raw is None:
-                return Score(value={"correct": 0.0}, explanation="no countgym episode ran for this sample")
-            rec = EpisodeRecord.model_validate(raw)
+            if raw is not None:
+                rec = EpisodeRecord.model_validate(raw)
+            else:
+                sid = lookup.get(str(state.sample_id))
+                if sid is None:
+                    return Score(value={"correct": 0.0}, explanation="not a stimulus of this task")
+                rec = _episode_of_reply(make(), sid, state.output.completion or "", max(0, state.epoch - 1))
             return audit_score(rec, ds)
 
         return score
@@ -225,17 +335,25 @@ def audit_scorer(env: str, arm: str, dataset: Any = None) -> Any:
     return _audit()
 
 
+def _episode_of_reply(env: Any, sid: str, text: str, repeat: int) -> Any:
+    """The episode of one final reply (another solver's): the reply is the first action; a
+    multi-turn environment it does not end is ended as a missing answer."""
+    env.reset(options={"stimulus_id": sid, "repeat": repeat})
+    _, _, terminated, truncated, _ = env.step(text)
+    while not (terminated or truncated):
+        _, _, terminated, truncated, _ = env.step('{"tool":"answer"}')
+    return env.episode_record()
+
+
 def audit_score(record: Any, ds: Any) -> Any:
-    """The audit of one episode as an Inspect ``Score`` (metrics as a dict, NaN -> omitted)."""
+    """The audit of one episode as an Inspect ``Score`` (``evalshape.episode_values``)."""
     from inspect_ai.scorer import Score
 
     from countgym.analysis.audit import audit_episodes
-    from countgym.integrations.export import _finite
 
     row = audit_episodes([record], resolve=lambda _name: ds).iloc[0]
-    value = {k: v for k in AUDIT_METRICS if (v := _finite(row.get(k))) is not None}
     return Score(
-        value=value,
+        value=episode_values(row.to_dict()),
         answer=None if record.answer is None else str(record.answer),
         explanation=f"end={record.end}; answer={record.answer}; truth={row['n_true']}",
         metadata={"episode_id": record.episode_id},

@@ -83,7 +83,46 @@ def use_tool_chat_template(processor: Any) -> Any:
     tok = getattr(processor, "tokenizer", processor)
     tok.chat_template = TOOL_CHAT_TEMPLATE
     tok.response_template = RESPONSE_TEMPLATE
+    image_processor = getattr(processor, "image_processor", None)
+    if image_processor is not None and not isinstance(image_processor, OneRowPerImage):
+        processor.image_processor = OneRowPerImage(image_processor)
     return processor
+
+
+class OneRowPerImage:
+    """An Idefics3/SmolVLM image processor that gives a flat list of images one row each.
+
+    With tool-result images, TRL 1.16's GRPO step processes the images of the whole batch with
+    ``image_processor(images=[img, ...])``. Idefics3's processor takes a flat list as ONE sample
+    holding every image (``pixel_values`` of shape ``(1, N, C, H, W)``), which TRL cannot split
+    per sample (``IndexError`` in ``shuffle_sequence_dict``). Here a flat list of PIL images
+    becomes one image per row, ``(N, 1, C, H, W)``: TRL splits that by image count, and the model
+    sees the same images in the same order. ``pixel_attention_mask`` is dropped only when it is
+    all ones (no image was padded), where the model's default mask is the same. A padded batch
+    keeps the processor's own output. Every other call and attribute goes to the wrapped
+    processor."""
+
+    def __init__(self, image_processor: Any) -> None:
+        self.__dict__["_inner"] = image_processor
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["_inner"], name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self.__dict__["_inner"], name, value)
+
+    def __call__(self, images: Any = None, *args: Any, **kwargs: Any) -> Any:
+        inner = self.__dict__["_inner"]
+        flat = isinstance(images, list) and bool(images) and all(isinstance(i, Image.Image) for i in images)
+        if not flat or kwargs.get("return_tensors") != "pt":
+            return inner(images, *args, **kwargs)
+        out = inner([[i] for i in images], *args, **kwargs)
+        mask = out.get("pixel_attention_mask")
+        if mask is not None and not bool(mask.all()):
+            return inner(images, *args, **kwargs)  # padded images need their mask: as before
+        from transformers.feature_extraction_utils import BatchFeature
+
+        return BatchFeature({k: v for k, v in out.items() if k != "pixel_attention_mask"})
 
 
 # --- the multi-turn tool loop ---------------------------------------------------------------------

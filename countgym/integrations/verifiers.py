@@ -1,10 +1,16 @@
 """countgym's image tool loop as a `verifiers` multi-turn environment (extra ``verifiers``).
 
     import verifiers as vf
-    from countgym.integrations.verifiers import load_environment
+    from openai import AsyncOpenAI
 
-    env = load_environment("dotarrays:common", arm="tag", reward="exact")
+    env = vf.load_environment("countgym", dataset="dotarrays:common", arm="tag", reward="exact")
     results = env.evaluate_sync(client=AsyncOpenAI(base_url=...), model="...", num_examples=8)
+
+``vf.load_environment("countgym", ...)`` and ``vf-eval countgym -a '{...}'`` import the module
+named after the environment id, ``countgym``, whose ``load_environment`` is this module's. The
+client is verifiers' own (``ClientConfig``, a verifiers ``Client``) or an ``openai.AsyncOpenAI``,
+which is wrapped in verifiers' chat-completions client. ``vf-eval -s`` writes a run folder whose
+``results.jsonl`` ``countgym audit`` reads directly (``countgym.integrations.vf_results``).
 
 Each dataset row names one stimulus (``info["stimulus_id"]``, ``info["dataset"]``) and carries
 the true count as ``answer``; the stimulus itself is never in the prompt text. A rollout runs a
@@ -124,8 +130,27 @@ def _reply_of(msg: Any) -> Reply:
     return Reply(text=str(content), tool_calls=calls or None)
 
 
+def as_client(client: Any) -> Any:
+    """An ``openai.AsyncOpenAI`` wrapped in verifiers' chat-completions client (verifiers 0.3
+    accepts only its own ``Client`` or a ``ClientConfig``); anything else unchanged."""
+    try:
+        from openai import AsyncOpenAI
+    except ImportError:  # pragma: no cover - openai comes with verifiers
+        return client
+    if isinstance(client, AsyncOpenAI):
+        from verifiers.clients import OpenAIChatCompletionsClient
+
+        return OpenAIChatCompletionsClient(client)
+    return client
+
+
 class CountgymEnv(vf.MultiTurnEnv):
     """A ``vf.MultiTurnEnv`` whose every rollout is one ``CountImageEnv`` episode."""
+
+    async def generate(self, inputs: Any, client: Any, *args: Any, **kwargs: Any) -> Any:
+        """verifiers' ``generate`` (behind ``evaluate``/``evaluate_sync``), also taking an
+        ``openai.AsyncOpenAI`` client."""
+        return await super().generate(inputs, as_client(client), *args, **kwargs)
 
     def __init__(
         self,
@@ -145,6 +170,8 @@ class CountgymEnv(vf.MultiTurnEnv):
         self.env_options = dict(env_options)
         self.arm, self.seed = arm, seed
         self._envs: dict[str, CountImageEnv] = {}
+        self._repeats: dict[str, int] = {}
+        self.dataset_label = name
         rubric = vf.Rubric(
             funcs=[_reward_func(r) for r in REWARDS],
             weights=[1.0 if r == reward else 0.0 for r in REWARDS],
@@ -168,7 +195,14 @@ class CountgymEnv(vf.MultiTurnEnv):
         info = state.get("info") or {}
         env = CountImageEnv(self.countgym_dataset, arm=self.arm, model=str(state.get("model", "")),
                             **self.env_options)
-        obs, _ = env.reset(seed=self.seed, options={"stimulus_id": info["stimulus_id"]})
+        env.dataset_name = self.dataset_label  # the name `countgym audit` resolves the dataset by
+        sid = str(info["stimulus_id"])
+        # Each rollout of a stimulus is one repeat; the trajectory id keeps episode ids unique
+        # when several env workers count repeats on their own.
+        repeat = self._repeats.get(sid, 0)
+        self._repeats[sid] = repeat + 1
+        episode_id = f"verifiers/{self.arm}/{sid}/r{repeat}-{str(state['trajectory_id'])[:8]}"
+        obs, _ = env.reset(seed=self.seed, options={"stimulus_id": sid, "repeat": repeat, "episode_id": episode_id})
         self._envs[state["trajectory_id"]] = env
         msgs = [message("system", text_part(obs["system"]))] if obs.get("system") else []
         msgs.append(message("user", image_part(obs["image"]), text_part(obs["text"])))

@@ -84,6 +84,9 @@ FAULT_KINDS: tuple[str, ...] = (
 
 
 # --- prompt recognition -------------------------------------------------------------------------
+SYSTEM_ROLES = ("system", "developer")
+"""Roles that carry the system prompt (OpenAI's newer models and clients send ``developer``)."""
+
 def _template_regex(template: str) -> re.Pattern[str]:
     """A regex matching a ``str.format`` template, capturing its named fields (first occurrence)."""
     out: list[str] = []
@@ -205,7 +208,7 @@ def _plan(messages: Sequence[dict[str, Any]]) -> list[list[int]] | None:
 def prompt_kind(messages: Sequence[dict[str, Any]]) -> str:
     """Which protocol prompt a request carries: ``tool``, ``tile``, ``list``, ``cot``,
     ``direct``, ``cf-mcq``, ``cf-oe``, ``video-P1``/``P2``/``P3``, ``parser`` or ``other``."""
-    system = "\n".join(_text_of(m) for m in messages if m.get("role") in ("system", "developer"))
+    system = "\n".join(_text_of(m) for m in messages if m.get("role") in SYSTEM_ROLES)
     if _SYSTEM_RE.search(system) or _NATIVE_SYSTEM_RE.search(system):
         return "tool"
     users = [m for m in messages if m.get("role") == "user"]
@@ -230,7 +233,7 @@ def model_reply(messages: Sequence[dict[str, Any]], *, noise: float = 0.0, seed:
     def points(pts: list[list[int]]) -> list[list[int]]:
         return noisy_points(pts, noise, kind, rng) if rng is not None else pts
 
-    system = "\n".join(_text_of(m) for m in messages if m.get("role") in ("system", "developer"))
+    system = "\n".join(_text_of(m) for m in messages if m.get("role") in SYSTEM_ROLES)
     users = [m for m in messages if m.get("role") == "user"]
     last_user = _text_of(users[-1]) if users else ""
     all_user = "\n".join(_text_of(m) for m in users)
