@@ -395,9 +395,10 @@ def audit_facts(audit_dir: Path) -> RunFacts:
     return facts_from(anchors, episodes, simulated=simulated)
 
 
-def paper_map_text(audit_dir: Path) -> str:
+def paper_map_text(audit_dir: Path, papers: Sequence[str] | None = None) -> str:
     """The paper map of an audit folder as plain text: one line per table and figure,
-    ``report.html#anchor`` where the report has it, else the reason."""
+    ``report.html#anchor`` where the report has it, else the reason (``papers``: only these
+    keys of :data:`PAPERS`)."""
     facts = audit_facts(Path(audit_dir))
     rows = paper_map_rows(facts)
     lines = []
@@ -407,6 +408,8 @@ def paper_map_text(audit_dir: Path) -> str:
         lines.append("SIMULATED: the audited episodes were answered by a simulated model")
     width = max(len(r.item) for r in rows)
     for key, title in PAPERS:
+        if papers is not None and key not in papers:
+            continue
         mine = [r for r in rows if r.paper == key]
         found = sum(r.anchor is not None for r in mine)
         lines.append(f"{title}: {found} of {len(mine)} items in the report")

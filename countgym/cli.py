@@ -677,7 +677,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         sys.stdout.flush()
         # Then what the run checks before its first call (model ids, options, folders): a config
         # the dry run accepts is one the run accepts.
-        validate_cells(cfg, cells, build=False)
+        validate_cells(cfg, cells, build=False, check_policy=args.simulate is None)
         return 0
     if args.simulate is not None:
         if args.executor == "ray":

@@ -273,9 +273,22 @@ def print_comparison(audit_dirs: Sequence[Path], profiles: Any) -> None:
     sys.stdout.flush()
 
 
+_PAPER_OF_FOLDER = {"finger": "finger", "countvideo": "countvideobench", "countercount": "countercount"}
+"""The paper whose tables and figures each shared run folder's audit holds."""
+
+
 def print_paper_map(audit_dirs: list[Path]) -> None:
-    """Where the rehearsal's audits are: each audit folder and its report."""
+    """Where the rehearsal's audits are, and the paper map: every table and figure of each paper
+    with the place in its folder's report that has it, or why not."""
+    from countgym.analysis.paper_map import paper_map_text
+
     print("\naudits:")
     for d in audit_dirs:
         report = d / "report.html"
         print(f"  {d}: {report if report.is_file() else '(no report)'}")
+    for d in audit_dirs:
+        paper = _PAPER_OF_FOLDER.get(d.name.removesuffix("-audit"))
+        if paper is None:
+            continue
+        print(f"\npaper map ({d / 'report.html'}):")
+        print(paper_map_text(d, papers=[paper]))

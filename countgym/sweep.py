@@ -320,23 +320,27 @@ def expand(cfg: SweepConfig, *, skipped: list[Skipped] | None = None) -> list[Ce
     return cells
 
 
-def validate_cells(cfg: SweepConfig, cells: list[CellSpec], *, build: bool = True) -> None:
+def validate_cells(
+    cfg: SweepConfig, cells: list[CellSpec], *, build: bool = True, check_policy: bool = True
+) -> None:
     """What a sweep's run checks before its first model call, for every cell (``validate_cell``),
     each dataset loaded once. ``sweep --dry-run`` runs the same checks with ``build=False``: a
     dataset named by its registry name (a battery countgym generates, a photo set it downloads)
-    is then not built or loaded; every folder the config names is read and checked in full."""
+    is then not built or loaded; every folder the config names is read and checked in full.
+    ``check_policy=False`` (``--simulate``) leaves the model ids and backend options out: the
+    simulated model answers any name, ``REPLACE:`` placeholders included."""
     from countgym.agents.registry import check_arm_model
     from countgym.cells import folder_of
     from countgym.runner import validate_cell
 
-    for cell in cells:  # every model id first, as the run checks them
+    for cell in cells if check_policy else ():  # every model id first, as the run checks them
         check_arm_model(cell.agent, cell.model)
     datasets: dict[tuple[str, str], Any] = {}
     for cell in cells:
         key = (cell.env_id(), cell.dataset)
         _, datasets[key] = validate_cell(
             cell, cfg.out, concurrency=cfg.concurrency, max_cost=cfg.max_cost, dataset=datasets.get(key),
-            check_data=build or folder_of(cell.dataset) is not None,
+            check_data=build or folder_of(cell.dataset) is not None, check_policy=check_policy,
         )
 
 
@@ -402,7 +406,7 @@ def run_sweep(
     cells = expand(cfg)
     for cell in cells if prepare is None else ():  # every model id, before the first cell builds a dataset or runs
         check_arm_model(cell.agent, cell.model)
-    validate_cells(cfg, cells)  # every cell's mistakes, before the first cell pays for a call
+    validate_cells(cfg, cells, check_policy=prepare is None)  # every cell's mistakes, before the first call
     spent = {c.log_name(): done_episodes(out / c.log_name())[1] for c in cells}
     results: list[CellResult] = []
     labels, _ = describe_cells(cells)
