@@ -9,7 +9,7 @@ drawing is thread-safe and never opens a window.
 from __future__ import annotations
 
 import io
-from typing import Any
+from typing import Any, cast
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -68,7 +68,7 @@ def _log_count_axis(ax: Any, levels: np.ndarray) -> None:
 
     ax.set_xscale("log")
     lo, hi = float(levels.min()), float(levels.max())
-    ticks = [t for t in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000) if lo <= t <= hi] or [lo, hi]
+    ticks: list[float] = [t for t in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000) if lo <= t <= hi] or [lo, hi]
     ax.xaxis.set_major_locator(FixedLocator(ticks))
     ax.xaxis.set_major_formatter(ScalarFormatter())
     ax.xaxis.set_minor_locator(NullLocator())
@@ -113,8 +113,8 @@ def accuracy_vs_n_pages(
             continue  # one level is no curve
         arms = sorted(g["arm"].astype(str).unique(), key=arm_sort_key)
         parts = chunks(arms)
-        for i, part in enumerate(parts):
-            panels.append((ds, model, part, g, f" ({i + 1}/{len(parts)})" if len(parts) > 1 else ""))
+        for i, chunk in enumerate(parts):
+            panels.append((ds, model, chunk, g, f" ({i + 1}/{len(parts)})" if len(parts) > 1 else ""))
     if not panels:
         return []
     keys = LabelKeys()
@@ -400,7 +400,7 @@ def tau_sensitivity_pages(
     out = []
     for page in chunks(rows, 6):
         fig = Figure(figsize=(13.0, 3.0 * len(page)), layout="constrained")
-        subfigs = np.atleast_1d(fig.subfigures(len(page), 1))
+        subfigs = np.atleast_1d(cast(Any, fig.subfigures(len(page), 1)))
         for sub, (fk, g, part) in zip(subfigs, page, strict=True):
             sub.suptitle(panel_title(short_dataset(fk[0]), fk[1], limit=90) + part, fontsize=9)
             row_axes = np.atleast_1d(sub.subplots(1, len(AUDIT_LABELS)))

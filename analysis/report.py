@@ -162,13 +162,23 @@ def _digits(column: str) -> int:
     return 3 if any(k in column for k in ("tau", "rho", "slope", "_r", "share", "rate")) else 2
 
 
+def _short_dataset_cell(column: str) -> Cell:
+    """A table cell: the row's dataset name in ``column``, shortened."""
+    return lambda r: short_dataset(r.get(column))
+
+
+def _interval_cell(column: str, lo: str, hi: str, digits: int) -> Cell:
+    """A table cell: the row's value in ``column`` with its interval ``[lo, hi]``."""
+    return lambda r: fmt_ci(r.get(column), r.get(lo), r.get(hi), digits)
+
+
 def generic_table(df: pd.DataFrame, *, short: Sequence[str] = ("dataset", "dataset_transformed"),
                   table_id: str | None = None) -> str:  # fmt: skip
     """Every column of ``df``, dataset paths shortened."""
     cols: list[tuple[str, Cell | str]] = []
     for c in df.columns:
         if c in short:
-            cols.append((c, lambda r, c=c: short_dataset(r.get(c))))
+            cols.append((c, _short_dataset_cell(c)))
         else:
             cols.append((c, c))
     return html_table(df, cols, table_id=table_id)
@@ -209,10 +219,10 @@ def ci_table(
         if c in intervals:
             lo, hi = intervals[c]
             head = f"{head} [95% CI]"
-            cols.append((head, lambda r, c=c, lo=lo, hi=hi: fmt_ci(r.get(c), r.get(lo), r.get(hi), digits)))
+            cols.append((head, _interval_cell(c, lo, hi, digits)))
             numeric.append(head)
         elif c in ("dataset", "dataset_transformed"):
-            cols.append((head, lambda r, c=c: short_dataset(r.get(c))))
+            cols.append((head, _short_dataset_cell(c)))
         else:
             cols.append((head, c))
     return html_table(df, cols, table_id=table_id, numeric=numeric, wrap_at=wrap_at)

@@ -68,12 +68,12 @@ def _section(
         if fig.stem.startswith("predictions_"):
             caption = ("Predicted counts (Figures 5, 8-15), titled by model and arm: largest local "
                        "excess in green, largest local deficit hatched red.")  # fmt: skip
-        anchor = FIGURE_ANCHORS.get(base)
-        if anchor in seen_anchors:
-            anchor = None
-        elif anchor:
-            seen_anchors.add(anchor)
-        parts.append(figure_html(fig.read_bytes(), caption, fig.relative_to(root).as_posix(), anchor=anchor))
+        fig_anchor = FIGURE_ANCHORS.get(base)
+        if fig_anchor in seen_anchors:
+            fig_anchor = None
+        elif fig_anchor:
+            seen_anchors.add(fig_anchor)
+        parts.append(figure_html(fig.read_bytes(), caption, fig.relative_to(root).as_posix(), anchor=fig_anchor))
     parts.append("</section>")
     return "\n".join(parts)
 

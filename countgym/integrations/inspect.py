@@ -93,7 +93,9 @@ def env_factory(env_id: str, arm: str, dataset: Any = None, model: str = "inspec
     from countgym.envs.common import resolve_dataset_arg
 
     kwargs["dataset"], _ = resolve_dataset_arg(kwargs["dataset"])  # resolved once, shared read-only
-    cls = gym.envs.registration.load_env_creator(spec.entry_point)
+    entry = spec.entry_point
+    assert entry is not None, f"{spec.id} has no entry point"
+    cls = entry if callable(entry) else gym.envs.registration.load_env_creator(entry)
     cls(**{**kwargs, **opts})  # option mistakes surface here, not mid-eval
 
     def make() -> Any:
@@ -183,7 +185,7 @@ def _use_chat_completions(model: Any) -> bool:
     that have only ``/chat/completions``); False if the model has no such switch. Samples run
     concurrently: one that failed after another already switched just retries."""
     api = getattr(model, "api", None)
-    if not isinstance(getattr(api, "responses_api", None), bool):
+    if api is None or not isinstance(getattr(api, "responses_api", None), bool):
         return False
     if api.responses_api:
         api.responses_api = False

@@ -298,7 +298,7 @@ def prompt_dataset(env: Any, stimulus_ids: Sequence[str] | None = None, *, repea
 
     base = getattr(env, "unwrapped", env)
     ids = list(stimulus_ids) if stimulus_ids is not None else list(getattr(base, "_pool", base.dataset.ids()))
-    rows = []
+    rows: list[dict[str, Any]] = []
     for sid in ids:
         obs, _ = env.reset(options={"stimulus_id": sid})
         frames = obs["frames"] if "frames" in obs else obs["image"][None]

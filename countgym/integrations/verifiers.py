@@ -75,7 +75,7 @@ def _rows(ds: Dataset, ids: Sequence[str], name: str, native_tools: Sequence[str
         s = ds[sid]
         info: dict[str, Any] = {"stimulus_id": sid, "dataset": name}
         if native_tools is not None:
-            info["tool_defs"] = [t["function"] for t in NT.tool_schema(native_tools, s.obj, s.obj_sing)]
+            info["tool_defs"] = [t["function"] for t in NT.tool_schema(tuple(native_tools), s.obj, s.obj_sing)]
         rows.append({
             "prompt": [{"role": "user", "content": f"Count the {s.obj} in this image."}],
             "answer": str(s.n),
