@@ -64,7 +64,7 @@ def cross_model_table(frame: pd.DataFrame, *, seed: int = 0, n_resamples: int = 
 
 
 def _bars(ax: Any, row: pd.Series | dict, *, mean: bool = False) -> None:
-    for k, (col, name, colour) in enumerate(METRICS):
+    for k, (col, _name, colour) in enumerate(METRICS):
         est = float(row[col]) if np.isfinite(row[col]) else np.nan
         lo, hi = row[f"{col}_low"], row[f"{col}_high"]
         err = None

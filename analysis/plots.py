@@ -9,9 +9,9 @@ drawing is thread-safe and never opens a window.
 from __future__ import annotations
 
 import io
-from typing import Any, cast
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 
 from .audit import AUDIT_LABELS, TAU_SCALES, scale_label
 from .contrasts import arm_sort_key
-from .facets import MAX_SERIES, LabelKeys, chunks, pages, panel_title
+from .facets import LabelKeys, chunks, pages, panel_title
 from .naming import group_label, short_dataset
 
 MAX_ROWS = 40

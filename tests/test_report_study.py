@@ -21,7 +21,11 @@ from PIL import Image
 
 from countgym.agents.arms import ARMS
 from countgym.analysis import facets, paper_map, plots
-from countgym.analysis.finger_tables import fsc_bins_table, reasoning_tokens_table, thinking_off_table
+from countgym.analysis.finger_tables import (
+    fsc_bins_table,
+    reasoning_tokens_table,
+    thinking_off_table,
+)
 from countgym.logs import ArmSpec, EpisodeRecord, StepRecord, Truth, Usage
 from countgym.stimulus import Dataset
 
@@ -458,9 +462,8 @@ def test_video_heatmap_with_a_plugin_label_keeps_its_labels_on_the_figure(tmp_pa
 def test_the_order_effect_table_of_a_study_fits(tmp_path: Path) -> None:
     """The real order_effect.csv columns (15, with an interval) on a study's labels: it scrolled
     sideways by 8 px before its labels could wrap."""
-    from tests.test_report_layout import CHROMIUM, _assert_fits, _measure
-
     from countgym.analysis.report import CSS, principles_section
+    from tests.test_report_layout import CHROMIUM, _assert_fits, _measure
 
     if CHROMIUM is None:
         pytest.skip("chromium not installed (Debian: apt-get install -y chromium)")
