@@ -244,3 +244,22 @@ def test_a_missing_key_episode_is_not_rerun_on_resume(tiny_dataset, tmp_path: Pa
         assert srv.request_count == 1  # a permanent error: the resume does not call again
     (rec,) = read_records([tmp_path])
     assert rec.end == "error" and not is_transient_error(rec.error) and "OPENAI_API_KEY" in rec.error
+
+
+@pytest.mark.parametrize("transport", ["direct", "litellm"])
+def test_a_billed_reply_the_retry_discards_keeps_its_cost(transport: str) -> None:
+    # An empty 200 (with usage) is billed by the provider; the call's retry asks again. The reply
+    # that comes back carries both calls' cost, so the spend cap counts what was paid.
+    answers = iter([(200, {}, chat("")), (200, {}, chat("ANSWER: 4"))])
+    with HostileServer({"flaky": lambda: next(answers)}) as srv:
+        be = _backend(srv.url("flaky"), transport, input_cost_per_token=0.01, output_cost_per_token=0.1)
+        reply = be.complete([message("user", text_part("how many?"))])
+        assert srv.request_count == 2 and reply.error is None and reply.text == "ANSWER: 4"
+        one_call = 5 * 0.01 + 3 * 0.1
+        assert reply.cost == pytest.approx(2 * one_call)
+    gone = iter([(200, {}, chat(""))] * 3)
+    with HostileServer({"empty": lambda: next(gone)}) as srv:
+        be = _backend(srv.url("empty"), transport, input_cost_per_token=0.01, output_cost_per_token=0.1)
+        reply = be.complete([message("user", text_part("how many?"))])
+        assert reply.error is not None and srv.request_count == 2  # max_attempts=2
+        assert reply.cost == pytest.approx(2 * (5 * 0.01 + 3 * 0.1))  # an error that was paid for

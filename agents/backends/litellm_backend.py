@@ -109,6 +109,33 @@ _KEY_VARS = {
 }
 
 
+class _Paid:
+    """The cost of the replies one call's retry loop received and discarded (an empty reply, a
+    content filter): the provider billed them, so the call's cost includes them. Unknown when
+    any of them had no known cost."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.known: float = 0.0
+        self.unknown = False
+
+    def add(self, cost: float | None) -> None:
+        self.calls += 1
+        if cost is None:
+            self.unknown = True
+        else:
+            self.known += cost
+
+    @property
+    def total(self) -> float | None:
+        """What the discarded replies cost (None: none were received, or one cost is unknown)."""
+        return None if self.unknown or not self.calls else self.known
+
+    def plus(self, cost: float | None) -> float | None:
+        """A final reply's cost with the discarded ones added (unknown stays unknown)."""
+        return None if cost is None or self.unknown else cost + self.known
+
+
 class _RetryableResponse(Exception):
     """A 200 response that carries no usable answer (empty choices, no message)."""
 
@@ -292,6 +319,7 @@ class LiteLLMBackend(BaseChatModel):
         waited = 0.0
         last_error = ""
         attempt = 0
+        paid = _Paid()  # replies the provider billed but this loop discarded (empty, filtered)
         while attempt < self.max_attempts:
             left = self._episode_left()
             if left is not None and left <= 0:
@@ -299,19 +327,23 @@ class LiteLLMBackend(BaseChatModel):
                 break
             attempt += 1
             budget = self.timeout_s if left is None else min(self.timeout_s, left)
+            response = None
             try:
                 response = self._call(wire, budget, tools)
                 reply = self._to_reply(response)
             except Exception as e:  # provider faults arrive as many exception types
+                if response is not None:
+                    paid.add(self._cost(response, _usage_of(response)))
                 retryable, retry_after = self._classify(e)
                 last_error = self.scrub(f"{type(e).__name__}: {_message_of(e)}")
                 missing = missing_key_message(self.model, e)
                 if missing is not None:  # no retry can help: one line naming the key
-                    return Reply(text="", error=missing, latency_s=time.perf_counter() - start)
+                    return Reply(text="", error=missing, latency_s=time.perf_counter() - start, cost=paid.total)
                 if not retryable:
                     if _is_auth_error(e):
                         last_error = self.scrub(self._auth_line(e))
-                    return Reply(text="", error=last_error, latency_s=time.perf_counter() - start)
+                    return Reply(text="", error=last_error, latency_s=time.perf_counter() - start,
+                                 cost=paid.total)
                 self._stop_on_quota(e, retry_after, last_error)
                 if attempt == self.max_attempts:
                     break
@@ -327,9 +359,12 @@ class LiteLLMBackend(BaseChatModel):
                 waited += delay
                 continue
             reply.latency_s = time.perf_counter() - start
+            if paid.calls:
+                reply.cost = paid.plus(reply.cost)
             return reply
         error = f"{TRANSIENT_MARK} gave up after {attempt} attempt(s), {waited:.1f} s of backoff: {last_error}"
-        return Reply(text="", error=error[:_MAX_ERROR_CHARS], latency_s=time.perf_counter() - start)
+        return Reply(text="", error=error[:_MAX_ERROR_CHARS], latency_s=time.perf_counter() - start,
+                     cost=paid.total)
 
     def _episode_left(self) -> float | None:
         """Seconds left of the current episode's deadline (None: no episode deadline applies)."""
