@@ -108,7 +108,7 @@ def rehearse(
             continue
         audit_dir = run_dir.with_name(run_dir.name + "-audit")
         _say(f"auditing {run_dir} -> {audit_dir}")
-        _audit(run_dir, audit_dir)
+        _audit(run_dir, audit_dir, quick=scale == "quick")
         result.audit_dirs.append(audit_dir)
     _say(f"rehearsal done in {time.monotonic() - started:.0f} s: {result.cells_run} cells, {result.episodes} episodes, "
          f"{len(result.skipped)} datasets skipped ({', '.join(result.skipped) or 'none'})")
@@ -147,9 +147,18 @@ def _run_one(sim: Any, cell: Any, cfg: Any, run_dir: Path, result: Rehearsal) ->
              f" (first: {first[:200]})")
 
 
-def _audit(run_dir: Path, audit_dir: Path) -> None:
+QUICK_RESAMPLES = 400
+"""Bootstrap resamples of a quick rehearsal's audits (the full scale uses the audit's 2,000): the
+rehearsal reads point values; its CIs only need to exist."""
+QUICK_VIEWER_EPISODES = 12
+"""Episodes in a quick rehearsal's trajectory viewer (the audit's default is 40)."""
+
+
+def _audit(run_dir: Path, audit_dir: Path, *, quick: bool = False) -> None:
     """What ``countgym audit RUN_DIR --out AUDIT_DIR`` does, with its defaults (the run's own
-    model as judge: the simulated replies never need one); a failure is one line, not the end."""
+    model as judge: the simulated replies never need one); a failure is one line, not the end.
+    ``quick``: fewer bootstrap resamples and viewer episodes (``QUICK_RESAMPLES``,
+    ``QUICK_VIEWER_EPISODES``)."""
     from countgym.agents.registry import audit_hooks
     from countgym.analysis.extraction import SAME_MODEL
     from countgym.analysis.glance import glance_of_audit, render
@@ -160,7 +169,9 @@ def _audit(run_dir: Path, audit_dir: Path) -> None:
     try:
         files = write_audit_files(
             find_logs([run_dir]), audit_dir, judge=SAME_MODEL, parser=None, **audit_hooks(),
-            warn=lambda line: print(f"warning: {line}", file=sys.stderr), report=True, viewer=ViewerOptions(),
+            warn=lambda line: print(f"warning: {line}", file=sys.stderr), report=True,
+            viewer=ViewerOptions(max_episodes=QUICK_VIEWER_EPISODES) if quick else ViewerOptions(),
+            n_resamples=QUICK_RESAMPLES if quick else 2000,
         )
     except Exception as e:  # noqa: BLE001 - one folder's audit must not end the rehearsal
         _say(f"  audit of {run_dir} failed: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}")
