@@ -121,7 +121,7 @@ def test_a_judge_that_echoes_a_key_is_cached_without_it(tmp_path: Path, monkeypa
     env = CounterCountEnv(ds, arm="cf-mcq", model="m")
     sid = ds.ids()[0]
     env.reset(seed=0, options={"stimulus_id": sid})
-    env.step("maybe 7 or 9")
+    env.step("7, maybe 9")
 
     class Judge:
         model = "judge-model"

@@ -33,7 +33,7 @@ envs = [
   "countgym/CountVideo-v0",
 ]
 datasets = []
-arms = ["{PLUGIN}", "oracle", "tag", "cf-mcq", "video-p1"]
+arms = ["{PLUGIN}", "blob-counter", "tag", "cf-mcq", "video-p1"]
 models = ["openai/blob"]
 concurrency = 2
 [agent_options."{PLUGIN}"]
@@ -68,11 +68,11 @@ def test_one_sweep_three_tasks_resumes_after_kill_and_audits_into_one_report(
     by_task = Counter((c.agent, c.task()) for c in cells)
     assert by_task == Counter({
         (PLUGIN, "image"): 1, (PLUGIN, "countercount"): 1, (PLUGIN, "video"): 1,
-        ("oracle", "image"): 1, ("tag", "image"): 1, ("cf-mcq", "countercount"): 1, ("video-p1", "video"): 1,
+        ("blob-counter", "image"): 1, ("tag", "image"): 1, ("cf-mcq", "countercount"): 1, ("video-p1", "video"): 1,
     })
     assert main(["sweep", str(cfg_path), "--dry-run"]) == 0
     shown = capsys.readouterr().out
-    assert shown.count("skipped:") == 3 * 5 - 7 and "oracle on countgym/CounterCount-v0" in shown
+    assert shown.count("skipped:") == 3 * 5 - 7 and "blob-counter on countgym/CounterCount-v0" in shown
 
     # Kill the sweep mid-run (the plug-in sleeps, so the first cell is still running).
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([PLUGINS, os.environ.get("PYTHONPATH", "")])}
@@ -102,7 +102,7 @@ def test_one_sweep_three_tasks_resumes_after_kill_and_audits_into_one_report(
     recs = read_records([out])
     assert {(r.arm.name, r.env) for r in recs} == {
         (PLUGIN, "countgym/DotArrays-v0"), (PLUGIN, "countgym/CounterCount-v0"), (PLUGIN, "countgym/CountVideo-v0"),
-        ("oracle", "countgym/DotArrays-v0"), ("tag", "countgym/DotArrays-v0"),
+        ("blob-counter", "countgym/DotArrays-v0"), ("tag", "countgym/DotArrays-v0"),
         ("cf-mcq", "countgym/CounterCount-v0"), ("video-p1", "countgym/CountVideo-v0"),
     }
     assert all(r.end != "error" for r in recs), [r.error for r in recs if r.error]
@@ -116,4 +116,4 @@ def test_one_sweep_three_tasks_resumes_after_kill_and_audits_into_one_report(
         rows = list(csv.DictReader(f))
     plugin_rows = [row for row in rows if row["arm"] == PLUGIN]
     assert len(plugin_rows) == image + cc + cv and {row["answer"] for row in plugin_rows} == {"7"}
-    assert {row["arm"] for row in rows} == {PLUGIN, "oracle", "tag", "cf-mcq", "video-p1"}
+    assert {row["arm"] for row in rows} == {PLUGIN, "blob-counter", "tag", "cf-mcq", "video-p1"}
