@@ -1,6 +1,9 @@
-"""The direct OpenAI-compatible transport: ``POST {api_base}/chat/completions`` with pooled
-``httpx.AsyncClient`` lanes per backend, for ``openai/<name>`` models served at an ``api_base`` (vLLM,
-SGLang, the local test server).
+"""The direct OpenAI-compatible transport: ``POST {api_base}/chat/completions`` over a lean
+keep-alive HTTP/1.1 pool per backend (``agents.backends.http1``), for ``openai/<name>`` models
+served at an ``api_base`` (vLLM, SGLang, the local test server) and the providers of
+``agents.backends.providers``. Behind a proxy named by the environment (``HTTP_PROXY``,
+``HTTPS_PROXY``, ``ALL_PROXY``, honouring ``NO_PROXY``) or with Basic auth from the URL, requests
+go through pooled ``httpx.AsyncClient`` lanes instead, through that proxy.
 
 It sends the body litellm sends for such a model (the name after ``openai/``, the messages,
 temperature, max_tokens, tools, the reasoning parameters and any extra parameters) and raises the
@@ -11,7 +14,7 @@ exception named like litellm's (``RateLimitError``, ``AuthenticationError``,
 logging or cost-map lookups. Replies are untrusted: a body that is not the chat-completion shape
 raises ``MalformedReply``, which the retry policy treats as transient.
 
-Bodies are read through ``BoundedTransport``: at most ``max_body_bytes`` on the wire and at most
+Bodies are read within bounds on both paths (``BoundedTransport`` for httpx): at most ``max_body_bytes`` on the wire and at most
 ``max_body_bytes`` once decompressed (gzip or deflate, decoded here in bounded steps, so a small
 compressed bomb cannot fill memory), and a 2xx body that carries an ``error`` object instead of
 ``choices`` is turned into an HTTP 502 (the litellm transport gets the same treatment, so both
@@ -20,13 +23,16 @@ classify it alike). Error bodies are masked whole (``countgym.secrets``) before 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import ssl
 import zlib
 from contextvars import ContextVar
 from types import SimpleNamespace
 from typing import Any
 
+from countgym.agents.backends.http1 import BodyTooLarge, Http1Pool, env_proxy, lean_eligible
 from countgym.limits import MAX_CONCURRENCY
 from countgym.secrets import scrub_text, strip_userinfo
 
@@ -237,15 +243,17 @@ clients keep that walk short."""
 
 
 class DirectTransport:
-    """Pooled async HTTP clients ("lanes") per process, created on the event loop they serve.
+    """The connections of one endpoint, per process, created on the event loop they serve.
 
-    A request goes to the first lane with a free connection (fewer requests in flight than its
+    Requests go through the lean HTTP/1.1 pool (``agents.backends.http1``) when it serves the URL
+    as httpx would (``lean=None``: no proxy from the environment applies, no ``user:password@``);
+    else through pooled ``httpx.AsyncClient`` lanes. A request goes to the first lane with a free connection (fewer requests in flight than its
     size, at most ``LANE_CONNECTIONS``); a new lane opens when every lane is full; once
     ``max_connections`` connections are open, requests queue on the least busy lane."""
 
     def __init__(self, api_base: str, api_key: str | None, extra_headers: dict[str, str] | None = None,
                  max_connections: int = MAX_CONCURRENCY, *, url_basic_auth: bool = False,
-                 max_body_bytes: int = MAX_BODY_BYTES) -> None:
+                 max_body_bytes: int = MAX_BODY_BYTES, lean: bool | None = None) -> None:
         # The user:password@ of an api_base is sent as Basic auth only when asked (url_basic_auth).
         self.url = (api_base if url_basic_auth else strip_userinfo(api_base)).rstrip("/") + "/chat/completions"
         self._max_body_bytes = max_body_bytes
@@ -257,6 +265,9 @@ class DirectTransport:
         self._size: list[int] = []
         self._tls: Any = None
         self._pid = 0
+        self._lean = lean
+        self._pool: Http1Pool | None = None
+        self._pool_loop: Any = None
 
     def _headers(self) -> dict[str, str]:
         # A local server needs no key, but send one as the OpenAI SDK does (OPENAI_API_KEY or a placeholder).
@@ -289,7 +300,8 @@ class DirectTransport:
             make = getattr(httpx, "create_ssl_context", None)
             self._tls = make() if make is not None else True
         limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
-        inner = httpx.AsyncHTTPTransport(limits=limits, verify=self._tls)
+        # A transport of our own makes httpx skip the proxy variables, so they are applied here.
+        inner = httpx.AsyncHTTPTransport(limits=limits, verify=self._tls, proxy=env_proxy(self.url))
         # No httpx timeouts: the caller's total deadline (asyncio.wait_for) bounds each attempt.
         return httpx.AsyncClient(transport=bounded_transport(inner, self._max_body_bytes),
                                  timeout=httpx.Timeout(None))
@@ -297,6 +309,10 @@ class DirectTransport:
     async def complete(self, body: bytes, headers: dict[str, str] | None = None) -> Any:
         """POST one chat request (``headers``: extra headers of this request only); the parsed
         reply, or the exception its status or body calls for."""
+        if self._lean is None:
+            self._lean = lean_eligible(self.url)
+        if self._lean:
+            return await self._complete_lean(body, headers)
         i = self._lane()
         self._busy[i] += 1
         sent = {**self._headers(), **headers} if headers else self._headers()
@@ -308,3 +324,42 @@ class DirectTransport:
         if response.status_code >= 300:
             raise http_error(response.status_code, raw, dict(response.headers))
         return parse_reply(raw)
+
+    def _lean_pool(self) -> Http1Pool:
+        """This process's and event loop's keep-alive pool (a fork or another loop starts afresh)."""
+        loop = asyncio.get_running_loop()
+        if self._pool is None or self._pool_loop is not loop or self._pid != os.getpid():
+            self._pool = Http1Pool(self.url, self._max_connections, tls=self._tls_context)
+            self._pool_loop, self._pid = loop, os.getpid()
+        return self._pool
+
+    def _tls_context(self) -> Any:
+        """The TLS context httpx would use (its CA bundle and ``SSL_CERT_FILE``), made once."""
+        if self._tls is None or self._tls is True:
+            import httpx
+
+            make = getattr(httpx, "create_ssl_context", None)
+            self._tls = make() if make is not None else ssl.create_default_context()
+        return self._tls
+
+    async def _complete_lean(self, body: bytes, headers: dict[str, str] | None) -> Any:
+        limit = self._max_body_bytes or BODY_LIMIT.get() or MAX_BODY_BYTES
+        sent = {**self._headers(), **headers} if headers else self._headers()
+        try:
+            reply = await self._lean_pool().post(body, sent, limit)
+        except BodyTooLarge as e:
+            raise ReplyTooLarge(str(e)) from None
+        raw = _decode_bounded(reply.content, reply.headers.get("content-encoding", ""), limit)
+        status = 502 if error_in_body(reply.status_code, raw) else reply.status_code
+        if status >= 300:
+            headers_out = {k: v for k, v in reply.headers.items()
+                           if k not in ("content-encoding", "content-length", "transfer-encoding")}
+            raise http_error(status, raw, headers_out)
+        return parse_reply(raw)
+
+    async def aclose(self) -> None:
+        """Close this transport's idle connections and httpx lanes."""
+        if self._pool is not None:
+            self._pool.close()
+        for lane in self._lanes:
+            await lane.aclose()

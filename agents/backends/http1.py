@@ -1,0 +1,266 @@
+"""A lean HTTP/1.1 client for the direct transport: a keep-alive connection pool over asyncio
+streams, for ``POST`` requests to one origin.
+
+Why not httpx here: at 64 requests in flight, httpx's layers (request models, auth and redirect
+flows, httpcore's pool walking every connection for every request, h11 and anyio wrappers) cost
+about a quarter of the harness's CPU per model call. This pool does only what a chat request
+needs: one origin (``http`` or ``https``), ``Content-Length`` request bodies, replies framed by
+``Content-Length``, ``chunked`` or the connection's end, and keep-alive. The caller bounds each
+request's total time (``asyncio.wait_for``); a cancelled or failed request closes its connection.
+
+What it does not do, and where httpx still serves (``openai_direct.DirectTransport`` decides):
+proxies from the environment (``HTTP(S)_PROXY``, ``ALL_PROXY``) and Basic auth from a URL's
+``user:password@``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import Callable
+from urllib.parse import urlsplit
+from urllib.request import getproxies, proxy_bypass
+
+MAX_HEADER_LINE = 64 * 1024
+"""Bytes of one status or header line (a longer one is a malformed reply)."""
+MAX_HEADERS = 200
+"""Header lines of one reply, at most."""
+
+
+class ConnectionDropped(Exception):
+    """The server closed the connection or broke the HTTP framing before a whole reply arrived
+    (no status: the retry policy treats it as transient)."""
+
+
+class BodyTooLarge(Exception):
+    """A reply body over the caller's bound (raised before the rest of it is read)."""
+
+
+def env_proxy(url: str) -> str | None:
+    """The proxy the environment names for ``url`` (``HTTP_PROXY``/``HTTPS_PROXY``, else
+    ``ALL_PROXY``; upper or lower case), or None when there is none or ``NO_PROXY`` exempts
+    its host."""
+    parts = urlsplit(url)
+    proxies = getproxies()
+    proxy = proxies.get(parts.scheme) or proxies.get("all")
+    if not proxy or not parts.hostname:
+        return None
+    try:
+        if proxy_bypass(parts.hostname):
+            return None
+    except OSError:
+        pass
+    return proxy if "://" in proxy else f"http://{proxy}"
+
+
+def lean_eligible(url: str) -> bool:
+    """True when the lean pool can serve ``url``: ``http``/``https`` with a host, no
+    ``user:password@``, and no proxy from the environment for it (``env_proxy``)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or "@" in parts.netloc:
+        return False
+    return env_proxy(url) is None
+
+
+class Reply:
+    """A reply's status, headers (lower-case names; repeated ones joined by ", ") and body."""
+
+    __slots__ = ("status_code", "headers", "content")
+
+    def __init__(self, status_code: int, headers: dict[str, str], content: bytes) -> None:
+        self.status_code = status_code
+        self.headers = headers
+        self.content = content
+
+
+class _Conn:
+    __slots__ = ("reader", "writer")
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    def reusable(self) -> bool:
+        """An idle connection the server has not closed (its end arrives on the event loop)."""
+        return not self.reader.at_eof() and not self.writer.is_closing() and not self.reader._buffer  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        try:
+            self.writer.close()
+        except Exception:  # noqa: BLE001 - closing a broken transport must not raise
+            pass
+
+
+class Http1Pool:
+    """At most ``max_connections`` keep-alive connections to the origin of ``url``, on the
+    event loop that first uses the pool. Idle connections are reused most-recent first."""
+
+    def __init__(self, url: str, max_connections: int, tls: Callable[[], ssl.SSLContext] | None = None) -> None:
+        parts = urlsplit(url)
+        self.scheme = parts.scheme
+        self.host = parts.hostname or ""
+        self.port = parts.port or (443 if self.scheme == "https" else 80)
+        default_port = parts.port is None or parts.port == (443 if self.scheme == "https" else 80)
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        self.host_header = host if default_port else f"{host}:{self.port}"
+        self.target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        self.max_connections = max(1, max_connections)
+        self._tls_factory = tls
+        self._tls: ssl.SSLContext | None = None
+        self._idle: list[_Conn] = []
+        self._slots: asyncio.Semaphore | None = None
+        self.opened = 0
+        """Connections opened so far (for tests and diagnostics)."""
+
+    def _context(self) -> ssl.SSLContext | None:
+        if self.scheme != "https":
+            return None
+        if self._tls is None:
+            self._tls = self._tls_factory() if self._tls_factory else ssl.create_default_context()
+        return self._tls
+
+    async def _connect(self) -> _Conn:
+        tls = self._context()
+        reader, writer = await asyncio.open_connection(
+            self.host, self.port, ssl=tls, server_hostname=self.host if tls else None, limit=MAX_HEADER_LINE)
+        self.opened += 1
+        return _Conn(reader, writer)
+
+    async def post(self, body: bytes, headers: dict[str, str], limit: int) -> Reply:
+        """``POST`` ``body`` with ``headers``; the reply with its body read within ``limit``
+        bytes (``BodyTooLarge`` beyond). Raises ``ConnectionDropped`` or ``OSError`` when the
+        exchange breaks."""
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.max_connections)
+        async with self._slots:
+            conn = None
+            while self._idle:
+                idle = self._idle.pop()
+                if idle.reusable():
+                    conn = idle
+                    break
+                idle.close()
+            if conn is None:
+                conn = await self._connect()
+            keep = False
+            try:
+                reply, keep = await self._exchange(conn, body, headers, limit)
+                return reply
+            finally:
+                if keep:
+                    self._idle.append(conn)
+                else:
+                    conn.close()
+
+    async def _exchange(self, conn: _Conn, body: bytes, headers: dict[str, str], limit: int) -> tuple[Reply, bool]:
+        lines = [f"POST {self.target} HTTP/1.1", f"Host: {self.host_header}", f"Content-Length: {len(body)}"]
+        lines += [f"{k}: {v}" for k, v in headers.items() if k.lower() not in ("host", "content-length")]
+        conn.writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+        conn.writer.write(body)
+        await conn.writer.drain()
+        reader = conn.reader
+        while True:
+            version, status = _status_line(await _line(reader))
+            fields = await _headers(reader)
+            if not 100 <= status < 200:
+                break  # informational replies (100 Continue) precede the real one
+        connection = fields.get("connection", "").lower()
+        keep = (version == "HTTP/1.1" and "close" not in connection) or (
+            version == "HTTP/1.0" and "keep-alive" in connection)
+        if status in (204, 304):
+            return Reply(status, fields, b""), keep
+        if "chunked" in fields.get("transfer-encoding", "").lower():
+            content = await _chunked(reader, limit)
+        elif "content-length" in fields:
+            try:
+                size = int(fields["content-length"].split(",")[0].strip())
+            except ValueError:
+                raise ConnectionDropped("reply with an invalid Content-Length") from None
+            if size < 0:
+                raise ConnectionDropped("reply with a negative Content-Length")
+            if size > limit:
+                raise BodyTooLarge(f"reply body larger than {limit} bytes")
+            content = await _exactly(reader, size)
+        else:  # framed by the connection's end
+            content = await _to_end(reader, limit)
+            keep = False
+        return Reply(status, fields, content), keep
+
+    def close(self) -> None:
+        """Close every idle connection (requests in flight close theirs when they end)."""
+        while self._idle:
+            self._idle.pop().close()
+
+
+async def _line(reader: asyncio.StreamReader) -> bytes:
+    try:
+        line = await reader.readuntil(b"\n")
+    except asyncio.IncompleteReadError:
+        raise ConnectionDropped("server closed the connection before a whole reply") from None
+    except asyncio.LimitOverrunError:
+        raise ConnectionDropped(f"reply header line longer than {MAX_HEADER_LINE} bytes") from None
+    return line
+
+
+def _status_line(line: bytes) -> tuple[str, int]:
+    parts = line.decode("latin-1").split(None, 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit() or len(parts[1]) != 3:
+        raise ConnectionDropped("reply without an HTTP/1.x status line")
+    return parts[0], int(parts[1])
+
+
+async def _headers(reader: asyncio.StreamReader) -> dict[str, str]:
+    fields: dict[str, str] = {}
+    for _ in range(MAX_HEADERS + 1):
+        line = await _line(reader)
+        if line in (b"\r\n", b"\n"):
+            return fields
+        name, sep, value = line.decode("latin-1").partition(":")
+        if not sep or not name or name != name.strip():
+            raise ConnectionDropped("reply with a malformed header line")
+        key, val = name.lower(), value.strip()
+        fields[key] = f"{fields[key]}, {val}" if key in fields else val
+    raise ConnectionDropped(f"reply with more than {MAX_HEADERS} header lines")
+
+
+async def _exactly(reader: asyncio.StreamReader, size: int) -> bytes:
+    try:
+        return await reader.readexactly(size)
+    except asyncio.IncompleteReadError:
+        raise ConnectionDropped("server closed the connection inside a reply body") from None
+
+
+async def _chunked(reader: asyncio.StreamReader, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    total = 0
+    while True:
+        head = (await _line(reader)).split(b";", 1)[0].strip()
+        try:
+            size = int(head, 16)
+        except ValueError:
+            raise ConnectionDropped("reply with a malformed chunk size") from None
+        if size < 0:
+            raise ConnectionDropped("reply with a malformed chunk size")
+        if size == 0:
+            for _ in range(MAX_HEADERS + 1):  # trailers, then the blank line
+                if await _line(reader) in (b"\r\n", b"\n"):
+                    return b"".join(chunks)
+            raise ConnectionDropped("reply with too many trailer lines")
+        total += size
+        if total > limit:
+            raise BodyTooLarge(f"reply body larger than {limit} bytes")
+        chunks.append(await _exactly(reader, size))
+        if await _line(reader) not in (b"\r\n", b"\n"):
+            raise ConnectionDropped("reply chunk not followed by a line end")
+
+
+async def _to_end(reader: asyncio.StreamReader, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    total = 0
+    while data := await reader.read(65536):
+        total += len(data)
+        if total > limit:
+            raise BodyTooLarge(f"reply body larger than {limit} bytes")
+        chunks.append(data)
+    return b"".join(chunks)
+
