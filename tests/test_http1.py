@@ -330,3 +330,43 @@ def test_https_through_the_lean_pool_verifies_the_server(tmp_path: Path, monkeyp
 
     transport, reply = _run(script, go, tls=server_tls)
     assert transport._lean is True and reply.choices[0].message.content == "ANSWER: 4"
+
+
+def test_behind_a_proxy_the_litellm_transport_goes_through_the_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """litellm's session (made by countgym, for bounded reads) honours the proxy variables too."""
+    pytest.importorskip("litellm")
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from countgym.agents.backends.base import message, text_part
+    from countgym.agents.backends.litellm_backend import LiteLLMBackend
+
+    lines: list[str] = []
+
+    class Proxy(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:  # noqa: N802 - stdlib name
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            lines.append(self.requestline)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(OK_BODY)))
+            self.end_headers()
+            self.wfile.write(OK_BODY)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        for var in ("NO_PROXY", "no_proxy", "http_proxy", "all_proxy", "ALL_PROXY"):
+            monkeypatch.delenv(var, raising=False)
+        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{httpd.server_address[1]}")
+        be = LiteLLMBackend("openai/blob", api_base="http://model.invalid/v1", transport="litellm", api_key="sk-x",
+                            max_attempts=1)
+        reply = be.complete([message("user", text_part("How many?"))])
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert reply.error is None and reply.text == "ANSWER: 4"
+    assert lines == ["POST http://model.invalid/v1/chat/completions HTTP/1.1"]

@@ -54,6 +54,7 @@ from countgym.agents.backends.openai_direct import (
     MAX_BODY_BYTES,
     DirectTransport,
     bounded_transport,
+    proxy_routing_transport,
     request_body,
 )
 from countgym.agents.backends.providers import (
@@ -749,7 +750,7 @@ def _bound_litellm_bodies() -> None:
         verify: Any = get_ssl_configuration()
     except Exception:  # noqa: BLE001 - another litellm version: httpx's defaults
         verify = True
-    inner = httpx.AsyncHTTPTransport(verify=verify)
+    inner = proxy_routing_transport(verify=verify)  # the environment's proxies, as litellm's own client
     client = httpx.AsyncClient(transport=bounded_transport(inner), timeout=httpx.Timeout(None))
     _SESSION.update(client=client, pid=os.getpid())
     litellm.aclient_session = client

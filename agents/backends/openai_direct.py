@@ -235,6 +235,31 @@ def bounded_transport(inner: Any, max_body_bytes: int | None = None) -> Any:
     return BoundedTransport()
 
 
+def proxy_routing_transport(**options: Any) -> Any:
+    """An ``httpx.AsyncBaseTransport`` that sends each request through the proxy the environment
+    names for its URL (``env_proxy``), or straight when none applies: one
+    ``httpx.AsyncHTTPTransport(**options)`` per proxy. (httpx reads the proxy variables only for
+    the transports it makes itself, not for one handed to it.)"""
+    import httpx
+
+    class ProxyRouting(httpx.AsyncBaseTransport):
+        def __init__(self) -> None:
+            self._inner: dict[str | None, Any] = {}
+
+        async def handle_async_request(self, request: Any) -> Any:
+            proxy = env_proxy(str(request.url))
+            inner = self._inner.get(proxy)
+            if inner is None:
+                inner = self._inner[proxy] = httpx.AsyncHTTPTransport(proxy=proxy, **options)
+            return await inner.handle_async_request(request)
+
+        async def aclose(self) -> None:
+            for inner in self._inner.values():
+                await inner.aclose()
+
+    return ProxyRouting()
+
+
 LANE_CONNECTIONS = 8
 """Connections per pooled client ("lane"). httpcore's pool walks every connection of its client
 for every queued request (quadratic in the pool's size), so 64 requests in flight on one client
