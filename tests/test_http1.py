@@ -370,3 +370,20 @@ def test_behind_a_proxy_the_litellm_transport_goes_through_the_proxy(monkeypatch
         httpd.server_close()
     assert reply.error is None and reply.text == "ANSWER: 4"
     assert lines == ["POST http://model.invalid/v1/chat/completions HTTP/1.1"]
+
+
+def test_an_unreachable_origin_is_one_clear_retryable_line() -> None:
+    import socket
+
+    from countgym.agents.backends.base import message, text_part
+    from countgym.agents.backends.litellm_backend import LiteLLMBackend
+    from countgym.errors import is_transient_error
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    be = LiteLLMBackend("openai/blob", api_base=f"http://127.0.0.1:{port}/v1", max_attempts=2, backoff_base_s=0.01,
+                        sleep=lambda s: None)
+    err = be.complete([message("user", text_part("hi"))]).error
+    assert err is not None and is_transient_error(err) and "\n" not in err
+    assert f"gave up after 2 attempt(s), 0.0 s of backoff: ConnectError: cannot connect to 127.0.0.1:{port}: " in err

@@ -32,6 +32,10 @@ class ConnectionDropped(Exception):
     (no status: the retry policy treats it as transient)."""
 
 
+class ConnectError(OSError):
+    """The origin could not be reached (refused, unknown host, unreachable network)."""
+
+
 class BodyTooLarge(Exception):
     """A reply body over the caller's bound (raised before the rest of it is read)."""
 
@@ -121,8 +125,13 @@ class Http1Pool:
 
     async def _connect(self) -> _Conn:
         tls = self._context()
-        reader, writer = await asyncio.open_connection(
-            self.host, self.port, ssl=tls, server_hostname=self.host if tls else None, limit=MAX_HEADER_LINE)
+        try:
+            reader, writer = await asyncio.open_connection(
+                self.host, self.port, ssl=tls, server_hostname=self.host if tls else None, limit=MAX_HEADER_LINE)
+        except ssl.SSLError:
+            raise  # a certificate or handshake failure keeps its own words
+        except OSError as e:
+            raise ConnectError(f"cannot connect to {self.host_header}: {e.strerror or e}") from None
         self.opened += 1
         return _Conn(reader, writer)
 
