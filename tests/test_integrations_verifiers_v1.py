@@ -171,15 +171,28 @@ def test_verifiers_loads_the_plugins_by_the_package_name(tiny_dataset) -> None:
     assert config.agent_harnesses()["agent"].id == "countgym"  # one model call per turn, in process
 
 
+def vf_errors() -> type[Exception]:
+    from pydantic import ValidationError
+
+    return ValidationError
+
+
 def test_bad_arguments_are_one_line_user_errors(tiny_dataset) -> None:
     with pytest.raises(UserError, match="not a tool-loop arm"):
         load_environment(tiny_dataset, arm="direct")
     with pytest.raises(UserError, match="reward must be one of"):
         load_environment(tiny_dataset, reward="fancy")
+    with pytest.raises(UserError, match="unknown dataset 'nope'"):
+        load_environment("nope")
+    with pytest.raises(UserError, match="budget must be"):
+        load_environment(tiny_dataset, budget="x")
+    with pytest.raises(vf_errors(), match="not a tool-loop arm"):  # the config refuses it too
+        vf.resolve_env_config({"taskset": {"id": "countgym", "dataset": str(tiny_dataset.root), "arm": "direct"}})
     with pytest.raises(UserError, match="client must be"):
         evaluate_sync(load_environment(tiny_dataset), client=42, model="blob")
 
 
+@pytest.mark.slow
 def test_vf_eval_results_are_read_by_countgym_audit(tiny_dataset, tmp_path: Path) -> None:
     """verifiers' own CLI, `vf-eval countgym ...`, then `countgym audit` on its run folder: the
     audit's numbers are those of the same episodes' countgym log."""

@@ -6,7 +6,7 @@ Two formats:
 - verifiers 0.4 (``traces.jsonl``): each line is one episode, whose ``traces`` each carry the
   countgym episode record in ``info["countgym_record"]`` (written by
   ``countgym.integrations.vf_v1``); the model is the trace's agent's, else the run's
-  ``configs/eval.json``.
+  ``configs/resolved/eval.json``.
 - verifiers 0.3 (``results.jsonl`` of ``vf-eval -s``): each line is one rollout, carrying the
   record in the ``countgym_record`` column when the state column is saved
   (``-C countgym_record``); the model comes from the run's ``metadata.json``.
@@ -55,8 +55,9 @@ def is_vf_results(path: Path) -> bool:
 
 
 def _model_of(path: Path) -> str | None:
-    """The run's model: 0.3's ``metadata.json`` or 0.4's ``configs/eval.json`` next to it."""
-    for meta in (path.parent / "metadata.json", path.parent / "configs" / "eval.json"):
+    """The run's model: 0.3's ``metadata.json`` or 0.4's saved config next to it."""
+    configs = path.parent / "configs"
+    for meta in (path.parent / "metadata.json", configs / "resolved" / "eval.json", configs / "eval.json"):
         try:
             model = json.loads(meta.read_text(encoding="utf-8")).get("model")
         except (OSError, ValueError, AttributeError):

@@ -32,6 +32,8 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from pydantic import model_validator
+
 from countgym.errors import MissingExtraError
 from countgym.integrations import vf_version
 
@@ -141,14 +143,32 @@ class CountgymTasksetConfig(vf.TasksetConfig):
     options: dict[str, Any] = {}
     """The arm's ablations (verify, numbered, extra_tools, budget, order, perturb)."""
 
+    @model_validator(mode="after")
+    def _check(self) -> CountgymTasksetConfig:
+        """A bad arm, option, reward or dataset name is a validation error (``vf-eval`` shows
+        it as one), checked without building or reading the dataset."""
+        try:
+            check_settings(self.dataset, self.arm, self.reward, self.protocol, self.options)
+        except UserError as e:
+            raise ValueError(str(e)) from None
+        return self
+
+
+def check_settings(dataset: str, arm: str, reward: str, protocol: str, options: dict[str, Any]) -> None:
+    """Raise a one-line ``UserError`` for settings no episode can run with."""
+    from countgym.scenes.batteries import check_dataset_name
+
+    if reward not in REWARDS:
+        raise UserError(f"reward must be one of {', '.join(REWARDS)}, got {reward!r}")
+    env_options(arm, protocol, dict(options))
+    check_dataset_name(dataset)
+
 
 class CountgymTaskset(vf.Taskset[CountgymTask, CountgymTasksetConfig]):
     """One task per stimulus of ``config.dataset``."""
 
     def __init__(self, config: CountgymTasksetConfig) -> None:
         super().__init__(config)
-        if config.reward not in REWARDS:
-            raise UserError(f"reward must be one of {', '.join(REWARDS)}, got {config.reward!r}")
         self.env_options = env_options(config.arm, config.protocol, dict(config.options))
         self.countgym_dataset = _dataset(config.dataset)
 
@@ -358,7 +378,7 @@ def finish(trace: Any, env: CountImageEnv) -> None:
     if st is None:  # the reset itself failed
         return
     stim = env._reward_stimulus()
-    trace.info["countgym_rewards"] = {r: float(resolve_reward(r)(st, stim)) for r in REWARDS}
+    trace.info["countgym_rewards"] = {r: float(resolve_reward(r)(st, stim)) + 0.0 for r in REWARDS}
     trace.info["countgym_stats"] = {"tool_calls": st.tool_calls, "tags": len(st.tags),
                                     "answered": float(st.end == "answer")}
     trace.info[RECORD_KEY] = env.episode_record().model_dump(mode="json")
@@ -380,9 +400,7 @@ def load_environment(
     ``vf.load_environment`` builds for the taskset id ``countgym`` with these settings."""
     if isinstance(dataset, Dataset):
         dataset = str(dataset.root)
-    if reward not in REWARDS:
-        raise UserError(f"reward must be one of {', '.join(REWARDS)}, got {reward!r}")
-    env_options(arm, protocol, dict(ablations))  # a bad arm or option fails here, in one line
+    check_settings(dataset, arm, reward, protocol, ablations)  # one line, before verifiers' checks
     config = vf.resolve_env_config({"taskset": {
         "id": TASKSET_ID, "dataset": dataset, "arm": arm, "reward": reward, "limit": limit,
         "seed": seed, "protocol": protocol, "options": ablations,
