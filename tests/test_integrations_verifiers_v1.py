@@ -227,3 +227,15 @@ def test_vf_eval_results_are_read_by_countgym_audit(tiny_dataset, tmp_path: Path
     for row in rows:
         r = recs[row["episode_id"]]
         assert int(row["n_true"]) == r.truth.n and row["answer"] == str(r.answer)
+
+
+def test_a_failed_model_call_ends_the_episode_as_an_error(tiny_dataset, monkeypatch) -> None:
+    # The second request fails for good (401 is not retried): the first stimulus's episode ends
+    # with end="error" naming the failure, scores 0, and the audit counts it as an error.
+    env = load_environment(tiny_dataset, arm="tag", limit=1)
+    with TestServer(schedule=["ok", "401"]) as srv:
+        [t] = _traces(evaluate_sync(env, client=_config(srv, monkeypatch), model="blob"))
+    rec = _record(t)
+    assert not t.ok and t.errors
+    assert rec.end == "error" and rec.error and rec.answer is None and len(rec.steps) == 2
+    assert "401" in rec.error and t.reward == 0.0

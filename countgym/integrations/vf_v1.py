@@ -341,6 +341,10 @@ class CountgymEnv(vf.Env[CountgymEnvConfig]):
                         break
                     turn = next_turn(env, obs, reply)
             finally:
+                if env.state is not None and env.state.end is None:
+                    # The rollout stopped first (a failed model call, a limit): the episode
+                    # ends as a failed call, so the audit counts it as an error.
+                    env.step(Reply(text="", error=rollout_error(trace)))
                 finish(trace, env)
 
 
@@ -370,6 +374,14 @@ def next_turn(env: CountImageEnv, obs: dict[str, Any], reply: Reply) -> list[dic
     else:
         turns = [message("user", *parts)]
     return to_openai_messages(turns)
+
+
+def rollout_error(trace: Any) -> str:
+    """Why a rollout stopped before its episode ended: its last error, else its stop reason."""
+    if trace.errors:
+        e = trace.errors[-1]
+        return f"{e.type}: {' '.join(str(e.message).split())[:300]}"
+    return f"the rollout stopped before the episode ended ({trace.stop_condition or 'turn limit'})"
 
 
 def finish(trace: Any, env: CountImageEnv) -> None:
