@@ -35,7 +35,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from countgym.errors import MissingExtraError
-
 from countgym.integrations import vf_version
 
 if vf_version.uses_v1():
