@@ -84,6 +84,7 @@ def test_the_model_sees_the_paper_prompt_and_image_not_the_truth(tiny_dataset, m
     assert f'"{t.task.data.answer}"' not in text and sid == _record(t).stimulus_id
 
 
+@pytest.mark.slow
 def test_same_episodes_as_countgyms_own_runner(tiny_dataset, monkeypatch) -> None:
     pytest.importorskip("litellm")
     from countgym.agents.backends.litellm_backend import LiteLLMBackend
@@ -239,3 +240,14 @@ def test_a_failed_model_call_ends_the_episode_as_an_error(tiny_dataset, monkeypa
     assert not t.ok and t.errors
     assert rec.end == "error" and rec.error and rec.answer is None and len(rec.steps) == 2
     assert "401" in rec.error and t.reward == 0.0
+
+
+def test_missing_extra_names_it(monkeypatch) -> None:
+    import importlib
+
+    from countgym.errors import MissingExtraError
+
+    monkeypatch.setitem(sys.modules, "verifiers", None)
+    monkeypatch.delitem(sys.modules, "countgym.integrations.verifiers", raising=False)
+    with pytest.raises(MissingExtraError, match=r"countgym\[verifiers\]"):
+        importlib.import_module("countgym.integrations.verifiers")

@@ -15,8 +15,10 @@ from typing import Any
 from countgym.errors import MissingExtraError
 from countgym.integrations import vf_version
 
-if vf_version.installed() is None:
-    raise MissingExtraError("verifiers", "verifiers")
+try:
+    import verifiers  # noqa: F401 - importable at all (0.4's package root is light)
+except ImportError:
+    raise MissingExtraError("verifiers", "verifiers") from None
 
 _impl = importlib.import_module(
     "countgym.integrations.vf_v1" if vf_version.uses_v1() else "countgym.integrations.vf_classic"
