@@ -99,3 +99,26 @@ def test_a_vf_eval_04_run_of_another_taskset_is_one_line(tiny_dataset, tmp_path,
     assert main(["audit", str(out), "--out", str(tmp_path / "audit")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "vf-eval countgym" in err[0] and "countgym_record" in err[0]
+
+
+def test_repeats_rerun_by_a_resume_stay_distinct(tiny_dataset, tmp_path) -> None:
+    """vf-eval --resume re-runs a rollout in a new process, which numbers its repeats from 0
+    again; the audit pairs episodes by stimulus and repeat, so the reader makes them distinct."""
+    out = _vf04_run(tiny_dataset, tmp_path)
+    lines = (out / "traces.jsonl").read_text().splitlines()[:-1]
+    # Every episode twice: the second copy (another episode id, the same repeat 0) as a resumed
+    # run appends it.
+    again = []
+    for line in lines:
+        ep = json.loads(line)
+        rec = ep["traces"][0]["info"]["countgym_record"]
+        rec["episode_id"] += "-resumed"
+        again.append(json.dumps(ep))
+    (out / "traces.jsonl").write_text("\n".join(lines + again) + "\n")
+    from countgym.integrations.vf_results import iter_vf_records
+
+    recs = list(iter_vf_records(out / "traces.jsonl"))
+    assert len(recs) == 6 and len({r["episode_id"] for r in recs}) == 6
+    pairs = sorted((r["stimulus_id"], r["repeat"]) for r in recs)
+    assert pairs == sorted({(r["stimulus_id"], k) for r in recs for k in (0, 1)})
+    assert [r["repeat"] for r in recs[:3]] == [0, 0, 0]  # unique numbers pass unchanged

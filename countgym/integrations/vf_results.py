@@ -104,6 +104,7 @@ def iter_vf_records(path: Path) -> Iterator[dict[str, Any]]:
     run_model = _model_of(path)
     found = rollouts = 0
     v1 = False
+    taken: dict[tuple[Any, ...], set[int]] = {}
     with path.open(encoding="utf-8", errors="replace") as f:
         for line in f:
             if not line.strip():
@@ -121,7 +122,7 @@ def iter_vf_records(path: Path) -> Iterator[dict[str, Any]]:
                 if model and not rec.get("model"):
                     rec = {**rec, "model": model}
                 found += 1
-                yield rec
+                yield _distinct_repeat(rec, taken)
     if rollouts and not found and v1:
         raise UserError(
             f"{path}: these vf-eval traces hold no countgym episode records "
@@ -132,6 +133,23 @@ def iter_vf_records(path: Path) -> Iterator[dict[str, Any]]:
             f"{path}: these vf-eval results hold no countgym episode records; "
             f"run vf-eval with -s -C {RECORD_COLUMN} (the state column countgym writes)"
         )
+
+
+def _distinct_repeat(rec: dict[str, Any], taken: dict[tuple[Any, ...], set[int]]) -> dict[str, Any]:
+    """``rec`` with a repeat number no earlier record of its stimulus (and model, arm, dataset)
+    in the file has: a rollout re-run by ``vf-eval --resume`` numbers its repeats from 0
+    again, and the audit pairs episodes by stimulus and repeat. Unique numbers pass unchanged."""
+    arm = rec.get("arm")
+    key = (rec.get("dataset"), rec.get("model"), json.dumps(arm, sort_keys=True, default=str),
+           rec.get("stimulus_id"))
+    used = taken.setdefault(key, set())
+    repeat = rec.get("repeat")
+    if isinstance(repeat, int) and repeat not in used:
+        used.add(repeat)
+        return rec
+    free = next(k for k in range(len(used) + 1) if k not in used)
+    used.add(free)
+    return {**rec, "repeat": free}
 
 
 def episode_logs(logs: Iterable[Path], out_dir: Path) -> list[Path]:
