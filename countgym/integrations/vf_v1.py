@@ -321,16 +321,16 @@ class CountgymEnv(vf.Env[CountgymEnvConfig]):
         sid = str(data.stimulus_id)
         repeat = self._repeats.get(sid, 0)
         self._repeats[sid] = repeat + 1
-        first: list[dict[str, Any]] | None = None
+        # The task's prompt is left out: the environment's first observation opens the exchange.
         async with agent.interaction(task.with_data(prompt=None)) as chat:
             trace = chat.trace
             episode_id = f"verifiers/{self.arm}/{sid}/r{repeat}-{trace.id[:8]}"
-            obs, _ = env.reset(seed=self.seed,
-                               options={"stimulus_id": sid, "repeat": repeat, "episode_id": episode_id})
-            first = [message("system", text_part(obs["system"]))] if obs.get("system") else []
-            first.append(message("user", image_part(obs["image"]), text_part(obs["text"])))
-            turn: list[dict[str, Any]] = to_openai_messages(first)
             try:
+                obs, _ = env.reset(seed=self.seed, options={"stimulus_id": sid, "repeat": repeat,
+                                                            "episode_id": episode_id})
+                first = [message("system", text_part(obs["system"]))] if obs.get("system") else []
+                first.append(message("user", image_part(obs["image"]), text_part(obs["text"])))
+                turn: list[dict[str, Any]] = to_openai_messages(first)
                 for _ in range(self.max_turns()):
                     segment = await chat.turn(turn)
                     if segment.terminated:
