@@ -10,14 +10,21 @@ from countgym.registration import register_envs as _register_envs
 
 _register_envs()
 
-__all__ = ["__version__"]
+_PUBLIC = ["__version__"]
+# verifiers loads plugins by importing the module named after their id, so `countgym` is one:
+# 0.3's `vf.load_environment("countgym", ...)` calls `load_environment`; 0.4's `vf-eval countgym`
+# takes the Taskset, Env and Harness classes that `__all__` names (extra `verifiers`). Resolved
+# on first use: importing `countgym` alone imports no verifiers.
+_VF_PLUGINS = ("CountgymTaskset", "CountgymEnv", "CountgymHarness")
 
 
 def __getattr__(name: str) -> object:
-    # verifiers loads an environment by importing the module named after its id:
-    # `vf.load_environment("countgym", ...)` and `vf-eval countgym` find this (extra `verifiers`).
-    if name == "load_environment":
-        from countgym.integrations.verifiers import load_environment
+    if name == "__all__":
+        from countgym.integrations import vf_version
 
-        return load_environment
+        return _PUBLIC + list(_VF_PLUGINS) if vf_version.uses_v1() else list(_PUBLIC)
+    if name == "load_environment" or name in _VF_PLUGINS:
+        from countgym.integrations import verifiers
+
+        return getattr(verifiers, name)
     raise AttributeError(f"module 'countgym' has no attribute {name!r}")

@@ -233,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
                         add_help=False)  # handled in main()
 
     a = sub.add_parser("audit", help="audit episode logs: episodes.csv, summary.csv")
-    a.add_argument("runs", nargs="+", help="run folders or log files")
+    a.add_argument("runs", nargs="+", help="run folders or log files (also vf-eval run folders of countgym)")
     a.add_argument("--out", type=_folder, required=True, help="audit folder: CSV tables, figures/, report.html")
     a.add_argument("--viewer-episodes", type=_non_negative_int, default=40,
                    help="episodes in the report's trajectory viewer (0: no viewer; default 40)")
@@ -467,7 +467,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
         raise UserError(f"no episode logs (*.jsonl) found in {' '.join(args.runs)}")
     from countgym.integrations.vf_results import episode_logs
 
-    logs = episode_logs(logs, Path(args.out) / "vf-eval")  # vf-eval results.jsonl, read as episode logs
+    logs = episode_logs(logs, Path(args.out) / "vf-eval")  # vf-eval traces.jsonl (0.4) / results.jsonl (0.3), read as episode logs
     from countgym.agents.backends import make_backend
     from countgym.agents.registry import audit_hooks
     from countgym.analysis.extraction import SAME_MODEL

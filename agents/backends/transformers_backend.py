@@ -237,7 +237,7 @@ def _load(
         common = {"local_files_only": not download, "trust_remote_code": trust_remote_code}
         try:
             processor = AutoProcessor.from_pretrained(path, **common)
-            model = AutoModelForImageTextToText.from_pretrained(path, dtype=torch_dtype, **common)
+            model: Any = AutoModelForImageTextToText.from_pretrained(path, dtype=torch_dtype, **common)
         except OSError as e:
             raise UserError(
                 f"cannot load local model {path!r} ({' '.join(str(e).split())[:200]}); give a folder with "
