@@ -189,7 +189,8 @@ def check_arm_model(agent: str, model: str = "") -> None:
 def check_backend_options(agent: str, model: str, options: dict[str, Any] | None) -> None:
     """Refuse, with one line and without building a backend, option names an API model's backend
     does not take and values outside their range (``timeout_s=-1``, ``max_attempts=0``, a
-    negative or non-finite price). Local models' options are checked when they load."""
+    negative or non-finite price), and a hosted provider's model with no key in the environment
+    (``providers.missing_key``). Local models' options are checked when they load."""
     import inspect
 
     if family_of(agent) is None or not model:
@@ -206,6 +207,11 @@ def check_backend_options(agent: str, model: str, options: dict[str, Any] | None
     except TypeError as e:
         raise UserError(f"invalid backend option for {model!r}: {e}") from None
     lb._check_options(**{k: v for k, v in opts.items() if k in lb.CHECKED_OPTIONS})
+    from countgym.agents.backends.providers import missing_key
+
+    no_key = missing_key(model, opts)
+    if no_key:
+        raise UserError(no_key)
 
 
 def policy_factory(

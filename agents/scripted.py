@@ -67,7 +67,7 @@ class Oracle(_TagThenAnswer):
 
     name = "oracle"
     uses_truth = True
-    tasks = ("image", "video", "countercount")
+    tasks: tuple[str, ...] = ("image", "video", "countercount")
     """On the image task it tags every point; on the single-step tasks it answers the count."""
     points_used = True
     """Told when a stimulus has no points to tag (a count-only image set)."""
@@ -162,6 +162,9 @@ class NoisyPointer(Oracle):
     """
 
     name = "noisy-pointer"
+    tasks = ("image",)
+    """Its errors are tagging errors, measured by the image task's point-level audit (not the
+    oracle's every task: a video has no points, so each episode there would end in an error)."""
     needs_points = True
     """Its injected errors are point errors: a count-only dataset is refused before any episode."""
 

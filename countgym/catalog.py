@@ -29,7 +29,7 @@ def batteries() -> list[BatteryRow]:
     from countgym.scenes.batteries import BATTERIES, BUILD_SECONDS_PER_ITEM, cache_root
     from countgym.scenes.counterfactual.generator import BUILD_SECONDS_PER_IMAGE, pair_specs
     from countgym.scenes.dotarrays import GENERATOR_VERSION as DOT_V
-    from countgym.scenes.video.dataset import BUILD_SECONDS_PER_VIDEO, select_specs
+    from countgym.scenes.video.dataset import build_seconds_per_video, select_specs
 
     root = cache_root()
     rows = []
@@ -41,11 +41,12 @@ def batteries() -> list[BatteryRow]:
     rows.append(BatteryRow("countercount", n_cf, n_cf * BUILD_SECONDS_PER_IMAGE,
                            _cached(root, "countercount-v*"), "CounterCount factual/CF pairs"))
     n_v = len(select_specs(None, None))
-    rows.append(BatteryRow("countvideo", n_v, n_v * BUILD_SECONDS_PER_VIDEO,
+    per_video = build_seconds_per_video()  # on this machine's cores, as the build estimates it
+    rows.append(BatteryRow("countvideo", n_v, n_v * per_video,
                            _cached(root, "countvideo-v*-all-1920x1080"),
                            "CountVideoBench, 26 cardinalities, 1920 x 1080"))
     n_k1 = len(select_specs(1, None))
-    rows.append(BatteryRow("countvideo:k1", n_k1, n_k1 * BUILD_SECONDS_PER_VIDEO,
+    rows.append(BatteryRow("countvideo:k1", n_k1, n_k1 * per_video,
                            _cached(root, "countvideo-v*-k1-1920x1080"),
                            "CountVideoBench, one video per cardinality (CountVideo-v0's default)"))
     return rows
@@ -84,8 +85,16 @@ def arm_rows() -> list[tuple[str, str, str]]:
             for a in ARMS.values()]
     rows += [(f"cf-{f}", "countercount", f"+ any of {', '.join(INTERVENTIONS)}") for f in FORMATS]
     rows += [(name, "video", f"prompt {p}") for name, p in VIDEO_ARMS.items()]
-    rows += [(name, "image", "scripted (no model)") for name in sorted(BUILTIN_POLICIES) if name not in ARMS]
+    rows += [(name, _tasks_of(name), "scripted (no model)") for name in sorted(BUILTIN_POLICIES) if name not in ARMS]
     return rows
+
+
+def _tasks_of(agent: str) -> str:
+    """The tasks a scripted policy declares, or "any" when it runs on every task."""
+    from countgym.agents.registry import agent_tasks
+
+    tasks = agent_tasks(agent)
+    return "any" if tasks is None or set(tasks) >= {"image", "video", "countercount"} else ", ".join(tasks)
 
 
 def config_rows(folder: Path) -> list[tuple[str, str, str]]:

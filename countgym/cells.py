@@ -335,8 +335,11 @@ def cell_log_files(out: str | Path, spec: CellSpec) -> list[Path]:
     return log_files_of(Path(out) / spec.log_name())
 
 
-def done_in_files(files: list[Path]) -> tuple[set[tuple[str, int]], float]:
+def done_in_files(
+    files: list[Path], errored: set[tuple[str, int]] | None = None
+) -> tuple[set[tuple[str, int]], float]:
     """(stimulus_id, repeat) pairs in the given log files and their recorded cost (each once).
+    ``errored``, when given, collects the pairs whose record ended in an error.
 
     A line written by a newer log schema raises a ``UserError`` naming both versions: its
     episode must not be taken for missing and paid for again.
@@ -349,6 +352,8 @@ def done_in_files(files: list[Path]) -> tuple[set[tuple[str, int]], float]:
             continue
         done.add(key)
         cost += step_spend(rec.steps)[0]
+        if errored is not None and rec.end == "error":
+            errored.add(key)
     return done, cost
 
 

@@ -386,7 +386,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         res = run_cell(spec, args.out, **run_options)
     retried = f" ({res.retried} re-run after a transient error)" if res.retried else ""
-    msg = f"{res.ran} episodes run{retried}, {res.skipped} already done, {res.errors} errors -> {res.log}"
+    kept = (f" ({res.kept_errors} of them ended in an error and are kept; --force runs the cell afresh)"
+            if res.kept_errors else "")
+    msg = f"{res.ran} episodes run{retried}, {res.skipped} already done{kept}, {res.errors} errors -> {res.log}"
     if res.stopped_by_cost:
         msg += f" (stopped at the spend cap: ${res.cost:.4f})"
     if res.unknown_cost_calls:

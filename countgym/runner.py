@@ -69,6 +69,9 @@ class CellResult:
     replaced_cost: float = 0.0
     """Part of ``cost`` paid by transient-error records replaced on resume (the spend ledger)."""
     error_messages: list[str] = field(default_factory=list)
+    kept_errors: int = 0
+    """Episodes of ``skipped`` whose kept record ended in an error (a permanent one, or any with
+    ``retry_errors=False``): a resume does not run them again, ``force`` does."""
 
 
 def episode_seed(base: int, stimulus_id: str, repeat: int) -> int:
@@ -227,11 +230,14 @@ def write_cell_header(path: Path, spec: CellSpec, provider: dict[str, Any] | Non
     path.write_text(json.dumps(redact(header), indent=2, default=str))
 
 
-def done_episodes(log: Path) -> tuple[set[tuple[str, int]], float]:
+def done_episodes(
+    log: Path, errored: set[tuple[str, int]] | None = None
+) -> tuple[set[tuple[str, int]], float]:
     """(stimulus_id, repeat) pairs already in a cell's logs (the main log and any Ray shard
     logs), and the cost the cell has paid: what its records show (each episode once) plus what
-    the transient-error records replaced on earlier resumes had paid (its spend ledger)."""
-    done, cost = done_in_files(log_files_of(log))
+    the transient-error records replaced on earlier resumes had paid (its spend ledger).
+    ``errored``, when given, collects the pairs whose record ended in an error."""
+    done, cost = done_in_files(log_files_of(log), errored)
     return done, cost + replaced_spend(log).cost
 
 
@@ -439,11 +445,13 @@ def _run_cell_locked(
     write_cell_header(out / (log.stem + ".cell.json"), spec, getattr(factory, "provider", None))
     writer = LogWriter(log)
     retried = drop_transient_errors(log_files_of(log)) if retry_errors else 0
-    done, cost = done_episodes(log)
+    errored: set[tuple[str, int]] = set()
+    done, cost = done_episodes(log, errored)
     ids = spec.stimulus_ids(ds)
     todo = [(sid, r) for r in range(spec.repeats) for sid in ids if (sid, r) not in done]
+    kept = sum((sid, r) in errored for r in range(spec.repeats) for sid in ids)
     result = CellResult(log=log, skipped=len(ids) * spec.repeats - len(todo), cost=cost, retried=retried,
-                        replaced_cost=replaced_spend(log).cost)
+                        replaced_cost=replaced_spend(log).cost, kept_errors=kept)
     lock = threading.Lock()
     warned: list[bool] = []
 

@@ -69,7 +69,8 @@ def test_sweep_values_are_type_checked(tmp_path: Path, body: str, needle: str, c
     assert needle in err
 
 
-def test_valid_ablations_still_expand(tmp_path: Path, capsys) -> None:
+def test_valid_ablations_still_expand(tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")  # the dry run checks a hosted model's key
     p = tmp_path / "s.toml"
     p.write_text(HEAD + 'ablations = [{}, {verify = false}, {order = "reverse"}, {extra_tools = ["crop"]}]\nmax_cost = 5\nrepeats = 3\n')
     assert main(["sweep", str(p), "--dry-run"]) == 0

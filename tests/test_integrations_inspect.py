@@ -298,7 +298,9 @@ def test_missing_extra_names_the_extra(run_dir, tmp_path, monkeypatch, capsys) -
     monkeypatch.setitem(sys.modules, "inspect_ai.log", None)  # as if inspect-ai were not installed
     assert main(["export", "--format", "inspect", str(run_dir), "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == "countgym: error: inspect-ai is not installed; install the 'inspect' extra: pip install 'countgym[inspect]'"
+    from countgym.errors import install_command
+
+    assert err == f"countgym: error: inspect-ai is not installed; install the 'inspect' extra: {install_command('inspect')}"
 
 
 # --- as Inspect's users run it ---------------------------------------------------------------------

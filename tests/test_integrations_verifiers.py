@@ -110,7 +110,7 @@ def test_bad_arguments_are_one_line_user_errors(tiny_dataset) -> None:
 def test_missing_extra_names_it(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "verifiers", None)
     monkeypatch.delitem(sys.modules, "countgym.integrations.verifiers", raising=False)
-    with pytest.raises(MissingExtraError, match=r"countgym\[verifiers\]"):
+    with pytest.raises(MissingExtraError, match=r"\[verifiers\]'?$"):
         importlib.import_module("countgym.integrations.verifiers")
 
 

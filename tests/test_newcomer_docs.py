@@ -31,6 +31,8 @@ def test_readme_ten_lines_run_as_written(tmp_path: Path, capsys: pytest.CaptureF
 def test_sweep_configs_of_the_docs_dry_run(doc: str, lang: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                            capsys: pytest.CaptureFixture) -> None:
     monkeypatch.chdir(tmp_path)  # their `out` is relative
+    for var in ("OPENAI_API_KEY", "GEMINI_API_KEY"):  # their hosted models need keys
+        monkeypatch.setenv(var, "sk-test-not-a-real-key")
     cfg = tmp_path / f"sweep.{lang}"
     cfg.write_text(_blocks(doc, lang)[0])
     assert main(["sweep", str(cfg), "--dry-run"]) == 0, capsys.readouterr().err

@@ -173,6 +173,7 @@ def test_dry_run_redacts_credentials(tmp_path: Path, capsys: pytest.CaptureFixtu
     cfg.write_text(
         'datasets = ["dotarrays"]\narms = ["direct"]\nmodels = ["openai/a", "openai/b"]\n'
         '[model_options."openai/a"]\napi_key = "sk-secret-123"\n'
+        '[model_options."openai/b"]\napi_base = "http://127.0.0.1:1/v1"\n'  # a keyless local server
     )
     assert main(["sweep", str(cfg), "--dry-run"]) == 0
     out = capsys.readouterr().out

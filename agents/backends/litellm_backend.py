@@ -58,6 +58,7 @@ from countgym.agents.backends.openai_direct import (
     request_body,
 )
 from countgym.agents.backends.providers import (
+    HOSTED_KEY_VARS,
     PROVIDERS,
     SELF_HOSTED,
     direct_endpoint,
@@ -649,8 +650,6 @@ class _ContentFiltered(Exception):
 
 _MISSING_KEY_PHRASES = ("missing credentials", "api_key client option must be set", "no api key",
                         "api key not found", "api_key is not set")
-_KEY_ENV = {"openai/": "OPENAI_API_KEY", "gemini/": "GEMINI_API_KEY", "anthropic/": "ANTHROPIC_API_KEY",
-            "openrouter/": "OPENROUTER_API_KEY"}
 
 
 def missing_key_message(model: str, e: BaseException) -> str | None:
@@ -661,9 +660,9 @@ def missing_key_message(model: str, e: BaseException) -> str | None:
     """
     if not any(p in _message_of(e).lower() for p in _MISSING_KEY_PHRASES):
         return None
-    env = next((v for k, v in _KEY_ENV.items() if model.startswith(k)), None)
+    env = HOSTED_KEY_VARS.get(provider_of(model), (None,))[0]
     where = f"set {env}" if env else "set the provider's API key variable"
-    return f"AuthenticationError: no API key for {model!r}: {where} (or --agent-option api_key=...)"
+    return f"AuthenticationError: no API key for {model!r}: {where} (or give the key as the agent option api_key)"
 
 
 def _message_of(e: BaseException) -> str:

@@ -3,6 +3,7 @@ rules (which read litellm's model map), so neither imports the other."""
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
@@ -16,6 +17,27 @@ _LITELLM_LOCK = threading.Lock()
 LOADING = "litellm, the hosted-model client (a few seconds, once per process)"
 """The notice given just before litellm is imported (``countgym.notices``; the command line
 prints it, since the import costs seconds of CPU before the first model call)."""
+
+
+class _OncePerMessage(logging.Filter):
+    """Passes each distinct warning (or info, debug) message once per process; errors always."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.WARNING:
+            return True
+        try:
+            text = record.getMessage()
+        except Exception:  # noqa: BLE001 - a malformed record: let litellm's handler deal with it
+            return True
+        if text in self.seen:
+            return False
+        if len(self.seen) < 10_000:
+            self.seen.add(text)
+        return True
 
 
 def load_litellm() -> Any:
@@ -32,6 +54,10 @@ def load_litellm() -> Any:
             except ImportError:
                 raise MissingExtraError("litellm", "api") from None
             litellm.suppress_debug_info = True
+            # litellm warns on every call it drops a parameter from (``reasoning_effort`` for a
+            # model without reasoning: one line per model call between the progress bar's
+            # updates); once per distinct message is enough.
+            logging.getLogger("LiteLLM").addFilter(_OncePerMessage())
             litellm.telemetry = False
             # httpx, as the synchronous path uses: the same URL and auth handling (aiohttp, the
             # async default, rejects an api_base with credentials in it next to the bearer key).

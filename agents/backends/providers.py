@@ -11,6 +11,8 @@ quirks and prices) except for the self-hosted servers (``openai/`` and ``hosted_
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 
@@ -58,6 +60,50 @@ def direct_endpoint(model: str, api_base: str | None) -> str | None:
     if p is None:
         return None
     return api_base or p.api_base
+
+
+HOSTED_KEY_VARS: dict[str, tuple[str, ...]] = {
+    **{name: p.key_vars for name, p in PROVIDERS.items() if name not in ("hosted_vllm", "lm_studio")},
+    "anthropic": ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),
+    "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
+}
+"""Hosted providers whose calls need a key, and the variables litellm and the direct transport
+read it from (first set wins). Self-hosted servers (``hosted_vllm``, ``lm_studio``) need none."""
+
+_OTHER_CREDENTIALS: dict[str, tuple[str, ...]] = {
+    "openai": ("OPENAI_BASE_URL", "OPENAI_API_BASE"),
+    "anthropic": ("ANTHROPIC_IDENTITY_TOKEN", "ANTHROPIC_IDENTITY_TOKEN_FILE", "ANTHROPIC_FEDERATION_RULE_ID"),
+}
+"""Variables that make a provider's key unnecessary or come from elsewhere: OpenAI's SDK and
+litellm's endpoint variables (a server that may take no key), Anthropic's workload identity."""
+
+_ENDPOINT_OPTIONS = ("api_key", "api_base", "base_url", "extra_headers", "headers")
+"""Options (and ``extra_params`` entries) that give a key, a header or another endpoint: the
+environment's key is then not needed."""
+
+
+def missing_key(model: str, options: Mapping[str, object] | None = None) -> str | None:
+    """One line naming the variable to set when a hosted model's provider has no key in the
+    environment and the options give neither a key nor another endpoint; else None.
+
+    Checked before a run's first episode: without it every episode would be logged as an
+    authentication error, which a resume keeps (it is permanent), so setting the key and
+    re-running the command would run nothing. Unknown providers and self-hosted servers are
+    never refused (their calls report a missing key themselves)."""
+    opts = dict(options or {})
+    extra = opts.get("extra_params")
+    if isinstance(extra, Mapping):
+        opts.update({k: v for k, v in extra.items() if isinstance(k, str)})
+    if any(opts.get(k) for k in _ENDPOINT_OPTIONS):
+        return None
+    prefix = provider_of(model)
+    key_vars = HOSTED_KEY_VARS.get(prefix)
+    if not key_vars or any(os.environ.get(v) for v in key_vars + _OTHER_CREDENTIALS.get(prefix, ())):
+        return None
+    litellm = sys.modules.get("litellm")  # a Python caller may have set litellm's own key
+    if litellm is not None and any(getattr(litellm, a, None) for a in ("api_key", f"{prefix}_key")):
+        return None
+    return f"no API key for {model!r}: set {key_vars[0]} in the environment (or give the key as the agent option api_key)"
 
 
 def provider_key(model: str) -> str | None:

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import errno
 import functools
 import io
 import json
@@ -814,7 +815,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             noise=args.noise,
         )
         srv.start()
-    except (ValueError, OSError, OverflowError) as e:
+    except OSError as e:
+        if e.errno != errno.EADDRINUSE:
+            print(f"countgym testserver: error: {e}", file=sys.stderr)
+        else:  # "[Errno 98] Address already in use" does not say which address, nor what to do
+            print(f"countgym testserver: error: port {args.port} on 127.0.0.1 is already in use (another "
+                  "test server?): pick another with --port N, or --port 0 for any free port", file=sys.stderr)
+        return 2
+    except (ValueError, OverflowError) as e:
         print(f"countgym testserver: error: {e}", file=sys.stderr)
         return 2
     noisy = f", answer noise {srv.noise:g} (seed {srv.seed})" if srv.noise else ""

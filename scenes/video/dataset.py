@@ -340,6 +340,15 @@ def _build_tip(per_level: int | None) -> str:
             f"gym.make(\"countgym/CountVideo-v0\", dataset=\"{BATTERY}\")")
 
 
+def build_seconds_per_video(size: tuple[int, int] | str = (1920, 1080), workers: int | None = None) -> float:
+    """Estimated wall seconds per video of a build with ``workers`` processes (default: every
+    core), from ``BUILD_SECONDS_PER_VIDEO``: what the build prints before it starts and what
+    ``countgym list`` shows."""
+    w, h = _size(size)
+    n_workers = cores() if workers is None else workers
+    return BUILD_SECONDS_PER_VIDEO * (w * h) / (1920 * 1080) * 2 / max(1, n_workers)
+
+
 def cached_countvideo(
     *,
     per_level: int | None = None,
@@ -369,7 +378,7 @@ def cached_countvideo(
         final,
         lambda tmp: make_countvideo(tmp, per_level=per_level, size=(w, h), progress=progress, workers=n_workers),
         items=len(select_specs(per_level, None)),
-        seconds_per_item=BUILD_SECONDS_PER_VIDEO * (w * h) / (1920 * 1080) * 2 / max(1, n_workers),
+        seconds_per_item=build_seconds_per_video((w, h), n_workers),
         resumable=True,
         tip=_build_tip(per_level),
     )
