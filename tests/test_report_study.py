@@ -340,12 +340,23 @@ def _records(tiny_dataset: Dataset, simulated: dict | None) -> list[EpisodeRecor
 SIM = {"profile": {"omission": 0.1, "count_sigma": 0.1}, "source": "profile.toml"}
 
 
-@pytest.mark.parametrize("simulated", [SIM, None], ids=["simulated", "real"])
-def test_simulated_runs_are_marked_on_every_table(tiny_dataset: Dataset, tmp_path: Path, simulated: dict | None) -> None:
+@pytest.fixture(scope="module")
+def small_audits(tiny_dataset: Dataset, tmp_path_factory: pytest.TempPathFactory) -> dict[bool, Path]:
+    """The audit folders of ``_records``, simulated (True) and real (False), each written once for
+    every test of this file that reads it."""
     from countgym.analysis import write_audit_files
 
-    files = write_audit_files(_records(tiny_dataset, simulated), tmp_path, n_resamples=50)
-    page = files.report.read_text(encoding="utf-8")
+    out = {}
+    for simulated in (True, False):
+        out[simulated] = tmp_path_factory.mktemp("small-audit")
+        write_audit_files(_records(tiny_dataset, SIM if simulated else None), out[simulated], n_resamples=50)
+    return out
+
+
+@pytest.mark.parametrize("simulated", [SIM, None], ids=["simulated", "real"])
+def test_simulated_runs_are_marked_on_every_table(small_audits: dict[bool, Path], simulated: dict | None) -> None:
+    tmp_path = small_audits[bool(simulated)]
+    page = (tmp_path / "report.html").read_text(encoding="utf-8")
     summary = pd.read_csv(tmp_path / "summary.csv")
     episodes = pd.read_csv(tmp_path / "episodes.csv")
     tables = re.findall(r"<table\b[^>]*>(.{0,80})", page)
@@ -364,11 +375,9 @@ def test_simulated_runs_are_marked_on_every_table(tiny_dataset: Dataset, tmp_pat
     assert ("SIMULATED" in text) == bool(simulated)
 
 
-def test_study_report_links_every_mapped_anchor(tiny_dataset: Dataset, tmp_path: Path) -> None:
-    from countgym.analysis import write_audit_files
-
-    files = write_audit_files(_records(tiny_dataset, None), tmp_path, n_resamples=50)
-    page = files.report.read_text(encoding="utf-8")
+def test_study_report_links_every_mapped_anchor(small_audits: dict[bool, Path]) -> None:
+    tmp_path = small_audits[False]
+    page = (tmp_path / "report.html").read_text(encoding="utf-8")
     ids = set(re.findall(r'\sid="([^"]+)"', page))
     section = page[page.index('<section id="paper-map"'):page.index("</section>", page.index('<section id="paper-map"'))]
     links = re.findall(r'href="#([^"]+)"', section)
