@@ -107,15 +107,16 @@ def _check_pages(pages: list[plots.FigurePage]) -> None:
 @pytest.mark.slow  # draws every figure page of a study (about 20 s of CPU)
 def test_image_figures_are_faceted_at_study_scale() -> None:
     summary, contrasts, curve = _summary(), _contrasts(), _curve()
-    for pages in (plots.accuracy_vs_n_pages(curve, summary), plots.arm_comparison_pages(summary),
+    arm_pages = plots.arm_comparison_pages(summary)
+    for pages in (plots.accuracy_vs_n_pages(curve, summary), arm_pages,
                   plots.contrast_pages(contrasts), plots.capacity_pages(summary),
                   plots.tag_gain_pages(summary, contrasts), plots.tau_sensitivity_pages(summary)):  # fmt: skip
         _check_pages(pages)
     # 2 datasets x 3 models x 15 arms: every (dataset, model) gets panels, none pooled.
-    titles = [ax.get_title() for p in plots.arm_comparison_pages(summary) for ax in p.fig.axes if ax.get_visible()]
+    titles = [ax.get_title() for p in arm_pages for ax in p.fig.axes if ax.get_visible()]
     assert len(titles) == 2 * 3 * 2  # 15 arms -> two panels of at most 12
     assert {tuple(t.split(" (")[0].split("\n")) for t in titles} == {(d.split("/")[-1], m) for d in DATASETS for m in MODELS}
-    keys = dict((label, key) for p in plots.arm_comparison_pages(summary) for key, label in p.keys)
+    keys = dict((label, key) for p in arm_pages for key, label in p.keys)
     assert LONG in keys  # the plug-in's long label is drawn as a key
 
 
