@@ -172,8 +172,8 @@ def gzip_of_zeros(mib: int) -> bytes:
 
 
 def test_the_cheap_gzip_stream_is_the_real_one() -> None:
-    assert gzip.decompress(gzip_of_zeros(3)) == b"\0" * (3 << 20)
-    assert gzip_of_zeros(3) != gzip_of_zeros(4)
+    for mib in (1, 3):
+        assert gzip.decompress(gzip_of_zeros(mib)) == b"\0" * (mib << 20)
 
 
 def test_a_gzip_bomb_is_refused_within_bounded_memory() -> None:
