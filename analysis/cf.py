@@ -529,8 +529,13 @@ def _most_common(values: pd.Series, prefer: float) -> float:
     return float(prefer) if prefer in set(top) else float(sorted(top)[0])
 
 
-def write_cf_report(frame: pd.DataFrame, out: str | Path, *, seed: int = 0) -> list[Path]:
-    """Write the CounterCount tables (CSV) and figures (PNG) into ``out``; return the paths."""
+def write_cf_report(
+    frame: pd.DataFrame, out: str | Path, *, seed: int = 0, pooled_figures: bool = True
+) -> list[Path]:
+    """Write the CounterCount tables (CSV) and figures (PNG) into ``out``; return the paths.
+
+    ``pooled_figures=False`` leaves out the pooled category, intervention and count figures (the
+    audit draws per-model pages of them instead); the blur sweep figure is drawn either way."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     from countgym.analysis.csvout import write_csv
@@ -552,10 +557,10 @@ def write_cf_report(frame: pd.DataFrame, out: str | Path, *, seed: int = 0) -> l
     for name, df in tables.items():
         write_csv(df, out / name)
         written.append(out / name)
-    for name, fig in (("cf_category.png", plot_by_category(frame, seed=seed)),
-                      ("cf_intervention.png", plot_by_intervention(frame, seed=seed)),
-                      ("cf_count.png", plot_by_cf_count(frame, seed=seed)),
-                      ("cf_blur_sweep.png", plot_blur_sweep(frame, seed=seed))):
+    pooled = (("cf_category.png", plot_by_category), ("cf_intervention.png", plot_by_intervention),
+              ("cf_count.png", plot_by_cf_count))
+    for name, plot in (*(pooled if pooled_figures else ()), ("cf_blur_sweep.png", plot_blur_sweep)):
+        fig = plot(frame, seed=seed)
         if fig is None:
             continue
         FigureCanvasAgg(fig)

@@ -231,7 +231,8 @@ def write_task_sections(
         frame = cf.cf_frame(cf_records)
         if judge is not None:
             frame = cf.judge_ambiguous(frame, judge, cache_dir=out / "countercount" / "judge-cache")
-        written = cf.write_cf_report(frame, out / "countercount", seed=seed)
+        # the pooled figures would be replaced by countercount_figures' pages: not drawn
+        written = cf.write_cf_report(frame, out / "countercount", seed=seed, pooled_figures=False)
         drawn = countercount_figures(frame, out / "countercount", seed=seed)
         tables_written = [p for p in written if p.suffix != ".png"]
         others = [p for p in written if p.suffix == ".png" and p.exists() and p not in drawn]

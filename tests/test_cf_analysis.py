@@ -147,6 +147,11 @@ def test_frame_from_log_files_and_report(tmp_path: Path, cf4: Dataset, records: 
     paths = write_cf_report(df, tmp_path / "report")
     assert all(p.is_file() and p.stat().st_size > 0 for p in paths)
     assert {p.name for p in paths} >= {"cf_scores.csv", "cf_deltas.csv", "cf_category.png", "cf_intervention.png"}
+    # The audit's call: the same tables, and of the figures only those it does not redraw per model.
+    lean = write_cf_report(df, tmp_path / "lean", pooled_figures=False)
+    assert [p.name for p in lean if p.suffix == ".csv"] == [p.name for p in paths if p.suffix == ".csv"]
+    assert not {p.name for p in lean} & {"cf_category.png", "cf_intervention.png", "cf_count.png"}
+    assert {p.name for p in (tmp_path / "lean" / "figures").glob("*.png")} <= {"cf_blur_sweep.png"}
 
 
 # --------------------------------------------------------------------------- arms

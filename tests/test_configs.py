@@ -3,9 +3,9 @@
 Each config is loaded unchanged with ``load_config``; the test overrides only ``out``,
 ``limit`` (1), ``models`` (``openai/blob``) and ``model_options`` (the server's ``api_base``).
 Datasets that need a download are substituted by tiny fixtures in the official formats
-(``$COUNTGYM_FSC147_ROOT``, ``$COUNTGYM_PIXMO_ROOT``), and the 2,600-video ``countvideo`` battery
-by two small generated videos. After the sweep, the audit must write the
-report section the config exists for.
+(``$COUNTGYM_FSC147_ROOT``, ``$COUNTGYM_PIXMO_ROOT``), the 2,600-video ``countvideo`` battery
+by two small generated videos and the ``countercount`` battery by its first two pairs. After the
+sweep, the audit must write the report section the config exists for.
 """
 
 from __future__ import annotations
@@ -129,8 +129,8 @@ def tiny_countvideo(tmp_path_factory: pytest.TempPathFactory) -> Path | None:
 
 
 @pytest.fixture(autouse=True)
-def _data(releases: dict[str, Path], tiny_countvideo: Path | None, tmp_path_factory: pytest.TempPathFactory,
-          monkeypatch: pytest.MonkeyPatch) -> None:
+def _data(releases: dict[str, Path], tiny_countvideo: Path | None, tiny_countercount: Path,
+          tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COUNTGYM_FSC147_ROOT", str(releases["fsc147"]))
     monkeypatch.setenv("COUNTGYM_PIXMO_ROOT", str(releases["pixmo"]))
     # one derived cache for the module: photo sets and transformed copies are built once
@@ -140,6 +140,9 @@ def _data(releases: dict[str, Path], tiny_countvideo: Path | None, tmp_path_fact
         # rendering the whole battery (26,000 frames) is no unit test: the battery name resolves
         # to the tiny set instead, for the sweep and the audit alike
         monkeypatch.setattr("countgym.scenes.video.cached_countvideo", lambda **_: tiny_countvideo)
+    # Likewise the 214-image CounterCount battery (about 9 s to draw): a config runs one pair
+    # per cell, and the first pairs of the same design stand in for it
+    monkeypatch.setattr("countgym.scenes.counterfactual.generator.cached_countercount", lambda **_: tiny_countercount)
 
 
 def test_every_config_has_an_expectation() -> None:

@@ -311,6 +311,7 @@ def test_traversal_tau_memory_is_bounded_and_exact() -> None:
     assert peak < 200e6, f"{peak / 1e6:.0f} MB for 6,000 tags"
 
 
+@pytest.mark.slow  # a whole audit and report under tracemalloc (about 7 s of CPU)
 def test_whole_audit_of_a_record_with_20000_tags_is_bounded(tiny_dataset, tmp_path: Path) -> None:
     import tracemalloc
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import struct
 import time
 import tracemalloc
 import zlib
@@ -155,10 +156,28 @@ def test_an_endless_retry_after_stops_the_run_and_a_resume_runs_everything(
     assert len(recs) == 3 and all(r.end == "answer" and r.error is None for r in recs)
 
 
-def test_a_gzip_bomb_is_refused_within_bounded_memory() -> None:
-    packer = zlib.compressobj(9, zlib.DEFLATED, 31)  # gzip, built in 1 MiB steps
+def gzip_of_zeros(mib: int) -> bytes:
+    """A valid gzip stream of ``mib`` MiB of zeros, built without compressing them all: after a
+    full flush the compressor starts afresh, so every further 1 MiB block is the same bytes."""
     zeros = b"\0" * (1 << 20)
-    bomb = b"".join(packer.compress(zeros) for _ in range(1024)) + packer.flush()
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+    first = packer.compress(zeros) + packer.flush(zlib.Z_FULL_FLUSH)
+    block = packer.compress(zeros) + packer.flush(zlib.Z_FULL_FLUSH)
+    assert block == packer.compress(zeros) + packer.flush(zlib.Z_FULL_FLUSH)
+    crc = 0
+    for _ in range(mib):
+        crc = zlib.crc32(zeros, crc)
+    # b"\x03\x00": an empty final block (fixed Huffman); then the gzip trailer (CRC-32, size mod 2**32)
+    return first + block * (mib - 1) + b"\x03\x00" + struct.pack("<II", crc, (mib << 20) & 0xFFFFFFFF)
+
+
+def test_the_cheap_gzip_stream_is_the_real_one() -> None:
+    for mib in (1, 3):
+        assert gzip.decompress(gzip_of_zeros(mib)) == b"\0" * (mib << 20)
+
+
+def test_a_gzip_bomb_is_refused_within_bounded_memory() -> None:
+    bomb = gzip_of_zeros(1024)
     assert len(bomb) < 2 << 20  # about 1 MB on the wire, 1 GiB decoded
     with HostileServer({"bomb": (200, {"Content-Encoding": "gzip"}, bomb)}) as srv:
         for transport in TRANSPORTS:

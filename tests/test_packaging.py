@@ -4,7 +4,10 @@ task (the registry does)."""
 
 from __future__ import annotations
 
+import functools
 import tomllib
+from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 
 import pytest
@@ -91,12 +94,14 @@ def _imports(name: str, path: Path, mods: dict[str, Path]) -> set[str]:
     return out
 
 
-def _graph() -> dict[str, set[str]]:
+@functools.cache
+def _graph() -> dict[str, frozenset[str]]:
+    """The import graph of the package, parsed once per test session (read-only)."""
     mods = _modules()
-    return {name: _imports(name, path, mods) for name, path in mods.items()}
+    return {name: frozenset(_imports(name, path, mods)) for name, path in mods.items()}
 
 
-def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+def _cycles(graph: Mapping[str, AbstractSet[str]]) -> list[list[str]]:
     """Strongly connected components with more than one module (Tarjan)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}

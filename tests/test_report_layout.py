@@ -67,10 +67,13 @@ def _audit(runs: dict[str, Path], tasks: tuple[str, ...], out: Path) -> str:
     return (out / "report.html").read_text(encoding="utf-8")
 
 
+ALL_TASKS = ("image", "countercount", "video")
+
+
 @pytest.fixture(scope="module")
 def full_report(runs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("layout-audit")
-    _audit(runs, ("image", "countercount", "video"), out)
+    _audit(runs, ALL_TASKS, out)
     return out
 
 
@@ -86,13 +89,16 @@ def _sections_and_nav(page: str) -> tuple[list[str], list[str]]:
 
 @pytest.mark.parametrize(
     "tasks",
-    [("countercount",), ("image", "video"), ("image", "countercount", "video")],
+    [("countercount",), ("image", "video"), ALL_TASKS],
     ids=["one-task", "two-tasks", "three-tasks"],
 )
 def test_navigation_lists_exactly_the_sections_present(
-    runs: dict[str, Path], tasks: tuple[str, ...], tmp_path: Path
+    runs: dict[str, Path], tasks: tuple[str, ...], tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    page = _audit(runs, tasks, tmp_path / "audit")
+    if tasks == ALL_TASKS:  # the same audit as the module's full report: read, not redone
+        page = (request.getfixturevalue("full_report") / "report.html").read_text(encoding="utf-8")
+    else:
+        page = _audit(runs, tasks, tmp_path / "audit")
     sections, nav = _sections_and_nav(page)
     assert nav == sections  # every present section linked, in page order, and nothing else
     assert len(set(nav)) == len(nav)

@@ -107,15 +107,16 @@ def _check_pages(pages: list[plots.FigurePage]) -> None:
 @pytest.mark.slow  # draws every figure page of a study (about 20 s of CPU)
 def test_image_figures_are_faceted_at_study_scale() -> None:
     summary, contrasts, curve = _summary(), _contrasts(), _curve()
-    for pages in (plots.accuracy_vs_n_pages(curve, summary), plots.arm_comparison_pages(summary),
+    arm_pages = plots.arm_comparison_pages(summary)
+    for pages in (plots.accuracy_vs_n_pages(curve, summary), arm_pages,
                   plots.contrast_pages(contrasts), plots.capacity_pages(summary),
                   plots.tag_gain_pages(summary, contrasts), plots.tau_sensitivity_pages(summary)):  # fmt: skip
         _check_pages(pages)
     # 2 datasets x 3 models x 15 arms: every (dataset, model) gets panels, none pooled.
-    titles = [ax.get_title() for p in plots.arm_comparison_pages(summary) for ax in p.fig.axes if ax.get_visible()]
+    titles = [ax.get_title() for p in arm_pages for ax in p.fig.axes if ax.get_visible()]
     assert len(titles) == 2 * 3 * 2  # 15 arms -> two panels of at most 12
     assert {tuple(t.split(" (")[0].split("\n")) for t in titles} == {(d.split("/")[-1], m) for d in DATASETS for m in MODELS}
-    keys = dict((label, key) for p in plots.arm_comparison_pages(summary) for key, label in p.keys)
+    keys = dict((label, key) for p in arm_pages for key, label in p.keys)
     assert LONG in keys  # the plug-in's long label is drawn as a key
 
 
@@ -340,12 +341,23 @@ def _records(tiny_dataset: Dataset, simulated: dict | None) -> list[EpisodeRecor
 SIM = {"profile": {"omission": 0.1, "count_sigma": 0.1}, "source": "profile.toml"}
 
 
-@pytest.mark.parametrize("simulated", [SIM, None], ids=["simulated", "real"])
-def test_simulated_runs_are_marked_on_every_table(tiny_dataset: Dataset, tmp_path: Path, simulated: dict | None) -> None:
+@pytest.fixture(scope="module")
+def small_audits(tiny_dataset: Dataset, tmp_path_factory: pytest.TempPathFactory) -> dict[bool, Path]:
+    """The audit folders of ``_records``, simulated (True) and real (False), each written once for
+    every test of this file that reads it."""
     from countgym.analysis import write_audit_files
 
-    files = write_audit_files(_records(tiny_dataset, simulated), tmp_path, n_resamples=50)
-    page = files.report.read_text(encoding="utf-8")
+    out = {}
+    for simulated in (True, False):
+        out[simulated] = tmp_path_factory.mktemp("small-audit")
+        write_audit_files(_records(tiny_dataset, SIM if simulated else None), out[simulated], n_resamples=50)
+    return out
+
+
+@pytest.mark.parametrize("simulated", [SIM, None], ids=["simulated", "real"])
+def test_simulated_runs_are_marked_on_every_table(small_audits: dict[bool, Path], simulated: dict | None) -> None:
+    tmp_path = small_audits[bool(simulated)]
+    page = (tmp_path / "report.html").read_text(encoding="utf-8")
     summary = pd.read_csv(tmp_path / "summary.csv")
     episodes = pd.read_csv(tmp_path / "episodes.csv")
     tables = re.findall(r"<table\b[^>]*>(.{0,80})", page)
@@ -364,11 +376,9 @@ def test_simulated_runs_are_marked_on_every_table(tiny_dataset: Dataset, tmp_pat
     assert ("SIMULATED" in text) == bool(simulated)
 
 
-def test_study_report_links_every_mapped_anchor(tiny_dataset: Dataset, tmp_path: Path) -> None:
-    from countgym.analysis import write_audit_files
-
-    files = write_audit_files(_records(tiny_dataset, None), tmp_path, n_resamples=50)
-    page = files.report.read_text(encoding="utf-8")
+def test_study_report_links_every_mapped_anchor(small_audits: dict[bool, Path]) -> None:
+    tmp_path = small_audits[False]
+    page = (tmp_path / "report.html").read_text(encoding="utf-8")
     ids = set(re.findall(r'\sid="([^"]+)"', page))
     section = page[page.index('<section id="paper-map"'):page.index("</section>", page.index('<section id="paper-map"'))]
     links = re.findall(r'href="#([^"]+)"', section)

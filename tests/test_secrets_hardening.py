@@ -179,6 +179,7 @@ def _judge_log(tiny_countercount: Path, runs: Path, api_base: str) -> None:
     run_cell(spec, runs, policy_factory=factory, progress=False)
 
 
+@pytest.mark.slow  # three whole CounterCount audits with their reports (about 7 s of CPU)
 def test_the_audit_sends_no_key_to_an_endpoint_a_log_names(
     tiny_countercount: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -70,6 +70,7 @@ def shared_cf(cf4: Dataset) -> list[EpisodeRecord]:
     return recs
 
 
+@pytest.mark.slow  # the whole CounterCount report: 11 figure pages drawn (about 5 s of CPU)
 def test_baseline_and_blur_sweep_in_one_folder_audit(shared_cf: list[EpisodeRecord], tmp_path: Path) -> None:
     # Today: ValueError "intervention='blur': items are not unique by ['stimulus_id', 'repeat']".
     with warnings.catch_warnings():
