@@ -23,7 +23,7 @@ from bench_harness import _dataset, _start_server  # noqa: E402
 HEAVY = ("litellm", "torch", "transformers", "ray", "matplotlib", "pandas")
 
 # Runs in the child before the CLI: reports the CPU spent when the notice is given and when the
-# first HTTP request leaves, and which heavy modules are loaded at that moment.
+# first HTTP request leaves (through either transport), and which heavy modules are loaded then.
 PROBE = """
 import resource, sys
 def cpu():
@@ -35,15 +35,26 @@ def loading(what):
     print(f"PROBE notice {cpu():.3f}", file=sys.stderr, flush=True)
     _loading(what)
 notices.loading = loading
-import httpx
-_send = httpx.AsyncClient.send
-def send(self, *a, **k):
-    if not getattr(send, "done", False):
-        send.done = True
+def first_request():
+    if not getattr(first_request, "done", False):
+        first_request.done = True
         heavy = ",".join(m for m in HEAVY if m in sys.modules) or "-"
         print(f"PROBE request {cpu():.3f} {heavy}", file=sys.stderr, flush=True)
-    return _send(self, *a, **k)
-httpx.AsyncClient.send = send
+# The direct transport's requests leave through the lean HTTP/1.1 pool (asyncio and ssl only);
+# the litellm transport's through httpx, which is imported here only when that path runs.
+import countgym.agents.backends.http1 as http1
+_post = http1.Http1Pool.post
+def post(self, *a, **k):
+    first_request()
+    return _post(self, *a, **k)
+http1.Http1Pool.post = post
+if "transport=litellm" in ARGS:
+    import httpx
+    _send = httpx.AsyncClient.send
+    def send(self, *a, **k):
+        first_request()
+        return _send(self, *a, **k)
+    httpx.AsyncClient.send = send
 from countgym.cli import main
 raise SystemExit(main(ARGS))
 """
