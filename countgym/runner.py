@@ -12,11 +12,12 @@ import hashlib
 import json
 import math
 import os
+import queue
 import threading
 import traceback
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -295,6 +296,9 @@ def run_pairs(
         return False
     stopped = False
     quota: ProviderQuotaError | None = None
+    # Finished episodes arrive on a queue (each future's done callback): O(1) per episode, where
+    # ``concurrent.futures.wait`` hooks into and out of every pending future on each call.
+    done: queue.SimpleQueue[Future[EpisodeRecord]] = queue.SimpleQueue()
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         pending: set[Future[EpisodeRecord]] = set()
         it: Iterator[tuple[str, int]] = iter(pairs)
@@ -308,19 +312,33 @@ def run_pairs(
                 if nxt is None:
                     exhausted = True
                     break
-                pending.add(pool.submit(one, *nxt))
+                future = pool.submit(one, *nxt)
+                pending.add(future)
+                future.add_done_callback(done.put)
             if not pending:
                 if quota is not None:
                     raise quota
                 return stopped
-            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            finished = [_next_done(done)]
+            while not done.empty():
+                finished.append(done.get())
             for f in finished:
+                pending.discard(f)
                 try:
                     rec = f.result()
                 except ProviderQuotaError as e:
                     quota = quota or e
                     continue
                 record(rec)
+
+
+def _next_done(done: queue.SimpleQueue[Future[EpisodeRecord]]) -> Future[EpisodeRecord]:
+    """The next finished episode's future (waiting in short slices, so Ctrl-C is seen at once)."""
+    while True:
+        try:
+            return done.get(timeout=0.5)
+        except queue.Empty:
+            continue
 
 
 def _check_run_settings(spec: CellSpec, concurrency: int, max_cost: float | None) -> None:
