@@ -132,3 +132,21 @@ def test_a_judge_that_echoes_a_key_is_cached_without_it(tmp_path: Path, monkeypa
     judge_ambiguous(cf_frame([env.episode_record()], ds), Judge(), dataset=ds, cache_dir=tmp_path / "j")
     cached = all_text(tmp_path / "j")
     assert "my key is ***" in cached and ENV_KEY not in cached
+
+
+def test_known_secrets_follow_every_change_of_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The environment's credential variables are cached between records, never across a change:
+    a new variable, a new value of the same variable (same names, same count) and a removal are
+    all seen at once."""
+    from countgym.secrets import known_secrets
+
+    first, second = "sk-first-0123456789abcdef", "sk-second-0123456789abcdef"
+    monkeypatch.delenv("COUNTGYM_TEST_API_KEY", raising=False)
+    assert first not in known_secrets()
+    monkeypatch.setenv("COUNTGYM_TEST_API_KEY", first)
+    assert first in known_secrets()
+    monkeypatch.setenv("COUNTGYM_TEST_API_KEY", second)
+    now = known_secrets()
+    assert second in now and first not in now
+    monkeypatch.delenv("COUNTGYM_TEST_API_KEY")
+    assert second not in known_secrets()
