@@ -52,16 +52,17 @@ from countgym.agents.backends.litellm_backend import to_openai_messages
 from countgym.envs import native_tools as NT
 from countgym.envs.actions import Reply
 from countgym.envs.image_env import CountImageEnv
-from countgym.envs.rewards import resolve_reward
-from countgym.envs.templates import OMITTED_IMAGE
 from countgym.errors import UserError
+from countgym.integrations.vf_turns import (
+    REWARDS,
+    as_dict,
+    episode_outcome,
+    next_turn,
+    prune_images,
+)
 from countgym.stimulus import Dataset
 
 __all__ = ["CountgymEnv", "load_environment", "REWARDS"]
-
-REWARDS: tuple[str, ...] = ("exact", "neg_abs_error", "audit")
-"""The built-in rewards the rubric reports (countgym.envs.rewards)."""
-KEEP_IMAGES = 2
 
 
 def _dataset(dataset: str | Dataset) -> Dataset:
@@ -90,47 +91,15 @@ def _rows(ds: Dataset, ids: Sequence[str], name: str, native_tools: Sequence[str
     return HFDataset.from_list(rows)
 
 
-def _prune_images(messages: list[dict[str, Any]], keep: int = KEEP_IMAGES) -> list[dict[str, Any]]:
-    """The context policy on OpenAI-format messages: the ``keep`` most recent image parts stay,
-    earlier ones become the text ``[image shown earlier omitted]``."""
-    seen = 0
-    out: list[dict[str, Any]] = []
-    for m in reversed(messages):
-        m = _as_dict(m)
-        content = m.get("content")
-        if not isinstance(content, list):
-            out.append(m)
-            continue
-        parts = []
-        for p in reversed(content):
-            p = _as_dict(p)
-            if p.get("type") == "image_url":
-                seen += 1
-                if seen > keep:
-                    parts.append({"type": "text", "text": OMITTED_IMAGE})
-                    continue
-            parts.append(p)
-        out.append({**m, "content": parts[::-1]})
-    return out[::-1]
-
-
-def _as_dict(x: Any) -> dict[str, Any]:
-    """verifiers' typed messages and parts as plain dicts (wire format)."""
-    if isinstance(x, dict):
-        return x
-    dump = getattr(x, "model_dump", None)
-    return dump(exclude_none=True) if callable(dump) else {}
-
-
 def _reply_of(msg: Any) -> Reply:
     """The last assistant message as the ``Reply`` the environment steps with."""
-    m = _as_dict(msg)
+    m = as_dict(msg)
     content = m.get("content") or ""
     if isinstance(content, list):
-        content = "\n".join(str(_as_dict(p).get("text", "")) for p in content)
+        content = "\n".join(str(as_dict(p).get("text", "")) for p in content)
     calls = []
     for c in m.get("tool_calls") or []:
-        c = _as_dict(c)
+        c = as_dict(c)
         fn = c.get("function") or {"name": c.get("name"), "arguments": c.get("arguments")}
         calls.append({"id": str(c.get("id", "")), "type": "function", "function": fn})
     return Reply(text=str(content), tool_calls=calls or None)
@@ -218,7 +187,7 @@ class CountgymEnv(vf.MultiTurnEnv):
         return state
 
     async def get_prompt_messages(self, state: Any) -> Any:
-        return normalize_messages(_prune_images(list(await super().get_prompt_messages(state))))
+        return normalize_messages(prune_images(list(await super().get_prompt_messages(state))))
 
     async def env_response(self, messages: Any, state: Any, **kwargs: Any) -> Any:
         """Step the environment with the model's last reply; its observation is the next user
@@ -230,17 +199,8 @@ class CountgymEnv(vf.MultiTurnEnv):
             self._finish(state, env)
             state["final_env_response"] = []
             return []
-        parts = [image_part(obs["image"]), text_part(obs["text"])]
-        if env.protocol == "native" and reply.tool_calls:
-            # Every call gets its result: the executed one the observation, the rest a note.
-            turns = [
-                {"role": "tool", "tool_call_id": c["id"],
-                 "content": parts if k == 0 else [text_part(NT.NATIVE_EXTRA_CALL)]}
-                for k, c in enumerate(reply.tool_calls)
-            ]
-        else:
-            turns = [message("user", *parts)]
-        return normalize_messages(to_openai_messages(turns))
+        # Every native tool call gets its result: the executed one the observation, the rest a note.
+        return normalize_messages(next_turn(env, obs, reply))
 
     @vf.cleanup
     async def release_env(self, state: Any) -> None:
@@ -250,12 +210,9 @@ class CountgymEnv(vf.MultiTurnEnv):
             self._finish(state, env)
 
     def _finish(self, state: Any, env: CountImageEnv) -> None:
-        st, stim = env.state, env._reward_stimulus()
-        assert st is not None
-        state["countgym_rewards"] = {r: float(resolve_reward(r)(st, stim)) for r in REWARDS}
-        state["countgym_stats"] = {"tool_calls": st.tool_calls, "tags": len(st.tags),
-                                   "answered": float(st.end == "answer")}
-        state["countgym_record"] = env.episode_record().model_dump(mode="json")
+        outcome = episode_outcome(env)
+        assert outcome is not None  # the env was reset in setup_state
+        state.update(outcome)
 
 
 def _reward_func(name: str) -> Callable[..., float]:

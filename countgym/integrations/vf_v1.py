@@ -52,9 +52,8 @@ from countgym.agents.backends.litellm_backend import to_openai_messages
 from countgym.envs import native_tools as NT
 from countgym.envs.actions import Reply
 from countgym.envs.image_env import CountImageEnv
-from countgym.envs.rewards import resolve_reward
-from countgym.envs.templates import OMITTED_IMAGE
 from countgym.errors import UserError
+from countgym.integrations.vf_turns import REWARDS, episode_outcome, next_turn, prune_images
 from countgym.stimulus import Dataset
 
 __all__ = [
@@ -65,10 +64,7 @@ __all__ = [
 
 TASKSET_ID = "countgym"
 """The plugin id: verifiers imports the module of that name (the package ``countgym``)."""
-REWARDS: tuple[str, ...] = ("exact", "neg_abs_error", "audit")
-"""The built-in rewards every trace carries (countgym.envs.rewards)."""
 METRICS: tuple[str, ...] = ("tool_calls", "tags", "answered")
-KEEP_IMAGES = 2
 RECORD_KEY = "countgym_record"
 """Where the episode record lives: ``trace.info[RECORD_KEY]``."""
 
@@ -264,28 +260,6 @@ def _wire(m: Any) -> dict[str, Any]:
     return d
 
 
-def prune_images(messages: list[dict[str, Any]], keep: int = KEEP_IMAGES) -> list[dict[str, Any]]:
-    """The context policy on OpenAI-format messages: the ``keep`` most recent image parts stay,
-    earlier ones become the text ``[image shown earlier omitted]``."""
-    seen = 0
-    out: list[dict[str, Any]] = []
-    for m in reversed(messages):
-        content = m.get("content")
-        if not isinstance(content, list):
-            out.append(m)
-            continue
-        parts = []
-        for p in reversed(content):
-            if isinstance(p, dict) and p.get("type") == "image_url":
-                seen += 1
-                if seen > keep:
-                    parts.append({"type": "text", "text": OMITTED_IMAGE})
-                    continue
-            parts.append(p)
-        out.append({**m, "content": parts[::-1]})
-    return out[::-1]
-
-
 # --- the env: one rollout is one CountImageEnv episode -----------------------------------------
 class CountgymEnvConfig(vf.EnvConfig):
     """The one seat, ``agent`` (``--env.agent.*``): countgym's harness in the local process
@@ -360,22 +334,6 @@ def reply_of(messages: Sequence[Any]) -> Reply:
     return Reply(text=str(msg.content or ""), tool_calls=calls or None)
 
 
-def next_turn(env: CountImageEnv, obs: dict[str, Any], reply: Reply) -> list[dict[str, Any]]:
-    """The environment's reply as chat messages: the image and message as a user turn, or with
-    the native protocol a tool result for every call (the executed one the message, the rest a
-    note) with the image following as a user turn."""
-    parts = [image_part(obs["image"]), text_part(obs["text"])]
-    if env.protocol == "native" and reply.tool_calls:
-        turns = [
-            {"role": "tool", "tool_call_id": c["id"],
-             "content": parts if k == 0 else [text_part(NT.NATIVE_EXTRA_CALL)]}
-            for k, c in enumerate(reply.tool_calls)
-        ]
-    else:
-        turns = [message("user", *parts)]
-    return to_openai_messages(turns)
-
-
 def rollout_error(trace: Any) -> str:
     """Why a rollout stopped before its episode ended: its last error, else its stop reason."""
     if trace.errors:
@@ -386,14 +344,9 @@ def rollout_error(trace: Any) -> str:
 
 def finish(trace: Any, env: CountImageEnv) -> None:
     """Leave the episode's record, rewards and counts on the trace (scored when it closes)."""
-    st = env.state
-    if st is None:  # the reset itself failed
-        return
-    stim = env._reward_stimulus()
-    trace.info["countgym_rewards"] = {r: float(resolve_reward(r)(st, stim)) + 0.0 for r in REWARDS}
-    trace.info["countgym_stats"] = {"tool_calls": st.tool_calls, "tags": len(st.tags),
-                                    "answered": float(st.end == "answer")}
-    trace.info[RECORD_KEY] = env.episode_record().model_dump(mode="json")
+    outcome = episode_outcome(env)
+    if outcome is not None:  # None: the reset itself failed
+        trace.info.update(outcome)
 
 
 # --- loading and evaluating from Python ----------------------------------------------------------
