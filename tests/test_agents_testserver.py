@@ -199,3 +199,31 @@ def test_image_analysis_is_cached_by_payload(monkeypatch: pytest.MonkeyPatch) ->
     pts[0][0] = -1
     again, _ = testserver._normalised_blobs(msgs[0]["content"][0]["image_url"]["url"], "dark")
     assert again[0][0] != -1 and len(calls) == 2
+
+
+def test_the_server_is_ready_for_images_when_it_says_it_is_listening() -> None:
+    """The blob detector's imports happen at start, not in the first requests (which waited
+    for them past their latency)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from countgym.testing.server import TestServer; s = TestServer().start(); "
+            "print('scipy.ndimage' in sys.modules); s.stop()")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "True"
+
+
+@pytest.mark.parametrize("target", ["dark", "red", "any"])
+def test_the_foreground_mask_is_the_widened_comparison(target: str) -> None:
+    """Compared in uint8, the mask is what the comparison in wider integers gives (no wrap)."""
+    import numpy as np
+
+    from countgym.agents.blobs import foreground_mask
+
+    img = np.random.default_rng(3).integers(0, 256, (64, 80, 3), dtype=np.uint8)
+    img[0, 0] = (255, 0, 0)  # the widest spread
+    w = img.astype(np.int32)
+    r, g, b = w[..., 0], w[..., 1], w[..., 2]
+    expect = {"dark": (r < 96) & (g < 96) & (b < 96), "red": (r > 150) & (g < 90) & (b < 90),
+              "any": (w.max(-1) < 110) | (w.max(-1) - w.min(-1) > 80)}[target]
+    assert np.array_equal(foreground_mask(img, target=target), expect)

@@ -381,6 +381,13 @@ def _finite_at_least_0(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
 
 
+def warm_detector() -> None:
+    """Import what the blob detector needs (scipy's ``ndimage``: about a second) now, so that no
+    request pays for it: the first 64 requests of a benchmark arrived while one of them imported
+    it, and went out up to a quarter of a second after their latency."""
+    import scipy.ndimage  # noqa: F401
+
+
 # --- the HTTP server ----------------------------------------------------------------------------
 class TestServer:
     """A background-thread OpenAI-compatible server on 127.0.0.1 (context manager).
@@ -451,7 +458,8 @@ class TestServer:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def start(self) -> TestServer:
-        """Bind and serve in a daemon thread."""
+        """Bind and serve in a daemon thread, ready to answer at full speed (``warm_detector``)."""
+        warm_detector()
         handler = type("Handler", (_Handler,), {"server_state": self})
         httpd = _Server(("127.0.0.1", self.port), handler)
         self.port = httpd.server_address[1]
