@@ -7,6 +7,7 @@ the media files it names. Generators write folders; loaders and environments rea
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import warnings
 from collections import OrderedDict
@@ -181,15 +182,21 @@ class Dataset:
 
     def load_image(self, stimulus: Stimulus) -> Image.Image:
         """The stimulus image as RGB (decompression-bomb guard on: at most 64 MP)."""
+        return self.read_image(stimulus)[0]
+
+    def read_image(self, stimulus: Stimulus) -> tuple[Image.Image, bytes]:
+        """The stimulus image as RGB, and the file's bytes it was decoded from (read once, so
+        the two always agree)."""
         path = self.image_path(stimulus)
         try:
+            data = path.read_bytes()
             with warnings.catch_warnings():
                 # Pillow warns between 1x and 2x its limit; check_image_size refuses those.
                 warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-                im = Image.open(path)
+                im = Image.open(io.BytesIO(data))
             with im:
                 check_image_size(im, path)
-                return im.convert("RGB")
+                return im.convert("RGB"), data
         except FileNotFoundError:
             raise UserError(f"missing image {path} for stimulus {stimulus.id!r}") from None
         except (OSError, Image.DecompressionBombError) as e:

@@ -19,6 +19,11 @@ before the first model call), then as that PNG only, decoded again when an episo
 through a small shared cache of decoded views (``DECODED_BYTES``). Either way an episode holds
 no pixels while it waits for its model.
 
+A source that is already the first view's PNG (an 8-bit RGB PNG within the long-side limit,
+with no chunk that changes what a decoder shows: ``png_as_sent``) is sent as its own bytes: the
+first model call of an episode then encodes nothing (``Original.source_png``). Datasets written by
+countgym, and the fitted copies below, are such files.
+
 Large sources (a 2048 px photo: about 45 ms to decode and 42 ms to fit to 1024 px) are fitted
 once per file, not once per episode: the fitted copy is kept as a PNG in the derived cache
 (``<countgym cache>/derived/fitted``, one file per source file, path, size and modification time
@@ -31,8 +36,10 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import struct
 import threading
 import weakref
+import zlib
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -55,9 +62,11 @@ RUNS_MAX_BYTES = 256 * 1024
 class Original:
     """A stimulus image as every episode starts from it."""
 
-    __slots__ = ("stored_size", "size", "mode", "key", "_image", "_pixels", "_runs", "_png", "_lock", "__weakref__")
+    __slots__ = ("stored_size", "size", "mode", "key", "source_png", "_image", "_pixels", "_runs", "_png", "_lock",
+                 "__weakref__")
 
-    def __init__(self, image: Image.Image, stored_size: tuple[int, int], key: tuple[Any, ...] | None) -> None:
+    def __init__(self, image: Image.Image, stored_size: tuple[int, int], key: tuple[Any, ...] | None,
+                 source: bytes | None = None) -> None:
         self.stored_size = stored_size
         """The size of the image file's pixels, before fitting."""
         self.size = image.size
@@ -65,6 +74,9 @@ class Original:
         self.mode = image.mode
         self.key = key
         """What identifies the view's pixels (None: not cached)."""
+        self.source_png = png_as_sent(source, image.size) if source is not None and image.mode == "RGB" else None
+        """The file the image was decoded from, when it is a PNG of exactly the view's pixels
+        (``png_as_sent``): sent as it is, instead of an encoding of the view. Else None."""
         view = np.asarray(render_working_image(image))
         view.flags.writeable = False
         self._png: bytes | None = None
@@ -166,6 +178,43 @@ _DECODED: OrderedDict[tuple[Any, ...], np.ndarray] = OrderedDict()
 _LOCK = threading.Lock()
 
 
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+SENT_AS_IS = frozenset({b"IHDR", b"IDAT", b"IEND", b"pHYs", b"tEXt", b"zTXt", b"iTXt", b"tIME"})
+"""The chunks a PNG sent as it is may hold: pixels and metadata no decoder draws with. Colour
+management (``gAMA``, ``cHRM``, ``sRGB``, ``iCCP``, ``cICP``), transparency (``tRNS``),
+animation (``acTL``), orientation (``eXIf``) and any unknown chunk make it ineligible."""
+
+
+def png_as_sent(data: bytes, size: tuple[int, int]) -> bytes | None:
+    """``data`` when it is a PNG that every decoder reads as exactly the 8-bit RGB pixels Pillow
+    decoded from it (``size``: their width and height): non-interlaced 8-bit RGB, every chunk
+    in ``SENT_AS_IS`` with a correct CRC, ending at ``IEND``; else None."""
+    if not data.startswith(_PNG_SIGNATURE):
+        return None
+    pos, seen_ihdr, view = len(_PNG_SIGNATURE), False, memoryview(data)
+    while pos + 12 <= len(data):
+        length, kind = struct.unpack_from(">I4s", data, pos)
+        end = pos + 12 + length
+        if end > len(data) or kind not in SENT_AS_IS:
+            return None
+        body = view[pos + 8 : end - 4]
+        if zlib.crc32(body, zlib.crc32(kind)) != struct.unpack_from(">I", data, end - 4)[0]:
+            return None
+        if kind == b"IHDR":
+            if seen_ihdr or pos != len(_PNG_SIGNATURE) or length != 13:
+                return None
+            w, h, depth, colour, method, filt, interlace = struct.unpack(">IIBBBBB", body)
+            if (w, h) != tuple(size) or (depth, colour, method, filt, interlace) != (8, 2, 0, 0, 0):
+                return None
+            seen_ihdr = True
+        elif not seen_ihdr:
+            return None
+        elif kind == b"IEND":
+            return data if end == len(data) else None
+        pos = end
+    return None
+
+
 def _pack_runs(view: np.ndarray) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]] | None:
     """(byte values, run lengths, shape) of ``view``'s bytes in order, or None when the runs
     would take more than ``RUNS_MAX_BYTES`` (a photograph)."""
@@ -265,7 +314,12 @@ def load_original(dataset: Any, stimulus: Any, max_side: int) -> Original:
                 return hit
     fitted = _load_fitted(dataset, stimulus, key, max_side) if key is not None else None
     if fitted is not None:
-        entry = Original(*fitted, key)
+        image, stored, data = fitted
+        entry = Original(image, stored, key, data)
+    elif key is not None and _standard_loader(dataset):
+        raw, data = dataset.read_image(stimulus)
+        fit = fit_long_side(raw, max_side)
+        entry = Original(fit, raw.size, key, data if fit is raw else None)
     else:
         raw = dataset.load_image(stimulus)
         entry = Original(fit_long_side(raw, max_side), raw.size, key)
@@ -284,13 +338,21 @@ def _fitted_path(key: tuple[Any, ...]) -> Path:
     return derived_cache_root() / "fitted" / f"{name}.png"
 
 
-def _load_fitted(dataset: Any, stimulus: Any, key: tuple[Any, ...], max_side: int) -> tuple[Image.Image, tuple[int, int]] | None:
-    """(fitted image, stored size) of a source larger than ``max_side`` from the fitted-copy
-    cache, made and kept there on first use; None for a source that needs no fitting or a
-    dataset that reads its images its own way (the caller loads it as usual)."""
+def _standard_loader(dataset: Any) -> bool:
+    """Whether ``dataset`` reads its images as countgym's ``Dataset`` does (not its own way)."""
     from countgym.stimulus import Dataset
 
-    if type(dataset).load_image is not Dataset.load_image:
+    return type(dataset).load_image is Dataset.load_image and type(dataset).read_image is Dataset.read_image
+
+
+def _load_fitted(
+    dataset: Any, stimulus: Any, key: tuple[Any, ...], max_side: int
+) -> tuple[Image.Image, tuple[int, int], bytes | None] | None:
+    """(fitted image, stored size, the fitted copy's PNG bytes) of a source larger than
+    ``max_side`` from the fitted-copy cache, made and kept there on first use; None for a
+    source that needs no fitting or a dataset that reads its images its own way (the caller
+    loads it as usual)."""
+    if not _standard_loader(dataset):
         return None
     path = Path(key[0])
     try:
@@ -302,21 +364,25 @@ def _load_fitted(dataset: Any, stimulus: Any, key: tuple[Any, ...], max_side: in
         return None
     cached = _fitted_path(key)
     try:
-        with Image.open(cached) as im:
+        data = cached.read_bytes()
+        with Image.open(io.BytesIO(data)) as im:
             im.load()
             if im.mode == "RGB":
-                return im.copy(), stored
+                return im.copy(), stored, data
     except (OSError, ValueError, SyntaxError):
         pass
     fitted = fit_long_side(dataset.load_image(stimulus), max_side)
+    buf = io.BytesIO()
+    fitted.save(buf, format="PNG", compress_level=1)
+    data = buf.getvalue()
     try:
         cached.parent.mkdir(parents=True, exist_ok=True)
         tmp = cached.with_name(f".{cached.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        fitted.save(tmp, format="PNG", compress_level=1)
+        tmp.write_bytes(data)
         os.replace(tmp, cached)
     except OSError:  # a read-only cache: fit again next time
         Path(tmp).unlink(missing_ok=True) if "tmp" in locals() else None
-    return fitted, stored
+    return fitted, stored, data
 
 
 def clear() -> None:

@@ -220,7 +220,8 @@ def _encode(image: np.ndarray) -> bytes:
 def png_data_url(image: np.ndarray) -> str:
     """The image as a base64 PNG data URL (lossless, ``encode_png``; cached per live array object,
     and per distinct unmarked view of a stimulus; a view drawn over one re-encodes only its
-    changed row bands).
+    changed row bands; an unmarked view whose source file is already its PNG is that file,
+    ``countgym.envs.originals.png_as_sent``).
 
     The cache assumes arrays are not mutated in place after being sent, which holds for
     observations (the environment returns a fresh array each step).
@@ -237,9 +238,15 @@ def png_data_url(image: np.ndarray) -> str:
         url = _VIEW_URLS.get(view) if view is not None else None
     png: bytes | None = None
     if url is None:
-        with cpu_slot():  # at most one encode per core (``countgym.cpu_slots``)
-            png = _encode(image)
+        original = original_of(image) if view is not None else None
+        if original is not None and original.source_png is not None:
+            # The unmarked view of a source that is already its PNG: sent as it is.
+            png = original.source_png
             url = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+        else:
+            with cpu_slot():  # at most one encode per core (``countgym.cpu_slots``)
+                png = _encode(image)
+                url = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
         if view is not None:
             with _PNG_LOCK:
                 _VIEW_URLS[view] = url
@@ -261,7 +268,7 @@ def decode_data_url(url: str) -> np.ndarray:
     """Decode a base64 image data URL into a uint8 RGB array."""
     _, _, payload = url.partition(",")
     with Image.open(io.BytesIO(base64.b64decode(payload))) as im:
-        return np.asarray(im.convert("RGB"))
+        return np.asarray(im if im.mode == "RGB" else im.convert("RGB"))
 
 
 # --- factory ------------------------------------------------------------------------------------
