@@ -2,7 +2,8 @@
 server may use (Content-Length, chunked with extensions and trailers, the connection's end),
 informational replies, keep-alive and its end, bodies over the bound refused before they are
 read, broken replies as retryable errors, a cancelled request closing its connection, TLS, and
-the hand-over to httpx behind a proxy."""
+the hand-over to httpx behind a proxy. The framing tests run both ways a request can go: on the
+event loop (``post``) and from the calling thread on blocking sockets (``post_blocking``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import json
 import shutil
 import ssl
 import subprocess
+import sys
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -70,11 +73,29 @@ def _run(script: Script, go: Callable[[str], Awaitable[Any]], **kw: Any) -> Any:
     return asyncio.run(asyncio.wait_for(_with_server(script, go, **kw), 20))
 
 
+MODE = "loop"
+"""How ``_post`` sends: "loop" (``Http1Pool.post``) or "blocking" (``post_blocking`` in a thread)."""
+HEADERS = {"Content-Type": "application/json", "Authorization": "Bearer k"}
+
+
+@pytest.fixture(params=["loop", "blocking"])
+def mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setattr(sys.modules[__name__], "MODE", request.param)
+    return str(request.param)
+
+
 async def _post(pool: Http1Pool, body: bytes = b'{"x": 1}', limit: int = 1 << 20) -> Any:
-    return await pool.post(body, {"Content-Type": "application/json", "Authorization": "Bearer k"}, limit)
+    if MODE == "blocking":
+        return await asyncio.to_thread(pool.post_blocking, body, HEADERS, limit, 15.0)
+    return await pool.post(body, HEADERS, limit)
 
 
-def test_a_request_goes_out_as_http_1_1_with_its_headers_and_body() -> None:
+def _idle(pool: Http1Pool) -> list[Any]:
+    """The pool's idle connections, both ways."""
+    return [*pool._idle, *(pool._blocking.idle if pool._blocking is not None else [])]
+
+
+def test_a_request_goes_out_as_http_1_1_with_its_headers_and_body(mode: str) -> None:
     seen: list[tuple[list[str], bytes]] = []
 
     async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
@@ -94,7 +115,7 @@ def test_a_request_goes_out_as_http_1_1_with_its_headers_and_body() -> None:
     assert "Authorization: Bearer k" in head and body == b'{"model": "m"}'
 
 
-def test_chunked_replies_with_extensions_and_trailers_keep_the_connection() -> None:
+def test_chunked_replies_with_extensions_and_trailers_keep_the_connection(mode: str) -> None:
     async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
         await _read_request(reader)
         half = len(OK_BODY) // 2
@@ -113,7 +134,7 @@ def test_chunked_replies_with_extensions_and_trailers_keep_the_connection() -> N
     assert pool.opened == 1  # kept alive across both
 
 
-def test_a_reply_framed_by_the_connection_end_closes_it() -> None:
+def test_a_reply_framed_by_the_connection_end_closes_it(mode: str) -> None:
     async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
         await _read_request(reader)
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n" + OK_BODY)
@@ -133,7 +154,7 @@ def test_a_reply_framed_by_the_connection_end_closes_it() -> None:
     _ok(extra="Connection: close\r\n"),
     b"HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(OK_BODY), OK_BODY),
 ])
-def test_connection_close_and_http_1_0_are_not_reused(first: bytes) -> None:
+def test_connection_close_and_http_1_0_are_not_reused(first: bytes, mode: str) -> None:
     async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
         await _read_request(reader)
         writer.write(first)
@@ -147,7 +168,7 @@ def test_connection_close_and_http_1_0_are_not_reused(first: bytes) -> None:
     assert [r.content for r in replies] == [OK_BODY, OK_BODY] and pool.opened == 2
 
 
-def test_informational_replies_are_skipped() -> None:
+def test_informational_replies_are_skipped(mode: str) -> None:
     async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
         await _read_request(reader)
         writer.write(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n" + _ok())
@@ -156,7 +177,7 @@ def test_informational_replies_are_skipped() -> None:
     assert reply.status_code == 200 and reply.content == OK_BODY
 
 
-def test_an_idle_connection_the_server_closed_is_not_reused() -> None:
+def test_an_idle_connection_the_server_closed_is_not_reused(mode: str) -> None:
     async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
         await _read_request(reader)
         writer.write(_ok())  # says keep-alive, then the server's idle timeout closes it
@@ -178,7 +199,7 @@ def test_an_idle_connection_the_server_closed_is_not_reused() -> None:
     b"HTTP/1.1 200 OK\r\nContent-Length: 99999999\r\n\r\n",  # announced: refused before reading
     b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4000\r\n" + b"x" * 0x4000 + b"\r\n4000\r\n",
 ])
-def test_a_body_over_the_bound_is_refused_without_reading_it(reply: bytes) -> None:
+def test_a_body_over_the_bound_is_refused_without_reading_it(reply: bytes, mode: str) -> None:
     async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
         await _read_request(reader)
         writer.write(reply)
@@ -191,7 +212,7 @@ def test_a_body_over_the_bound_is_refused_without_reading_it(reply: bytes) -> No
         return pool
 
     pool = _run(script, go)
-    assert pool._idle == []  # the connection was closed, not kept
+    assert _idle(pool) == []  # the connection was closed, not kept
 
 
 @pytest.mark.parametrize("reply,match", [
@@ -204,7 +225,7 @@ def test_a_body_over_the_bound_is_refused_without_reading_it(reply: bytes) -> No
     (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "chunk size"),
     (b"HTTP/1.1 200 OK\r\n" + b"X-A: 1\r\n" * 300 + b"\r\n", "more than 200 header lines"),
 ])
-def test_broken_replies_are_dropped_connections(reply: bytes, match: str) -> None:
+def test_broken_replies_are_dropped_connections(reply: bytes, match: str, mode: str) -> None:
     async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
         await _read_request(reader)
         writer.write(reply)
@@ -326,6 +347,13 @@ def test_https_through_the_lean_pool_verifies_the_server(tmp_path: Path, monkeyp
         monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # trusted as httpx would trust it
         trusted = DirectTransport(base, "sk-x")
         reply = await trusted.complete(b"{}")
+        # From the calling thread, the same verification.
+        monkeypatch.delenv("SSL_CERT_FILE")
+        with pytest.raises(ssl.SSLCertVerificationError):
+            await asyncio.to_thread(DirectTransport(base, "sk-x").complete_blocking, b"{}", None, 10.0)
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+        blocking = await asyncio.to_thread(DirectTransport(base, "sk-x").complete_blocking, b"{}", None, 10.0)
+        assert blocking.choices[0].message.content == "ANSWER: 4"
         return trusted, reply
 
     transport, reply = _run(script, go, tls=server_tls)
@@ -387,3 +415,77 @@ def test_an_unreachable_origin_is_one_clear_retryable_line() -> None:
     err = be.complete([message("user", text_part("hi"))]).error
     assert err is not None and is_transient_error(err) and "\n" not in err
     assert f"gave up after 2 attempt(s), 0.0 s of backoff: ConnectError: cannot connect to 127.0.0.1:{port}: " in err
+
+
+def test_a_blocking_request_past_its_deadline_is_a_timeout_and_closes_its_connection() -> None:
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        _, body = await _read_request(reader)
+        if body == b"hang":
+            await asyncio.sleep(30)
+        elif body == b"trickle":  # a byte at a time: each read is quick, the whole reply is not
+            for byte in _ok():
+                writer.write(bytes([byte]))
+                await writer.drain()
+                await asyncio.sleep(0.05)
+        writer.write(_ok())
+
+    async def go(url: str) -> Any:
+        pool = Http1Pool(url, 1)
+        spent = []
+        for body in (b"hang", b"trickle"):
+            t0 = time.monotonic()
+            with pytest.raises(TimeoutError):
+                await asyncio.to_thread(pool.post_blocking, body, HEADERS, 1 << 20, 0.4)
+            spent.append(time.monotonic() - t0)
+        reply = await asyncio.to_thread(pool.post_blocking, b"{}", HEADERS, 1 << 20, 5.0)  # the slot is free
+        return pool, reply, spent
+
+    pool, reply, spent = _run(script, go)
+    assert reply.content == OK_BODY and pool.opened == 3  # neither timed-out connection was kept
+    assert all(0.35 < s < 3 for s in spent), spent
+
+
+def test_blocking_requests_beyond_the_connections_wait_their_turn_and_reuse_them() -> None:
+    in_flight = peak = 0
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        nonlocal in_flight, peak
+        await _read_request(reader)
+        in_flight += 1
+        peak = max(peak, in_flight)
+        await asyncio.sleep(0.05)
+        in_flight -= 1
+        writer.write(_ok())
+
+    async def go(url: str) -> Any:
+        pool = Http1Pool(url, 3)
+        replies = await asyncio.gather(
+            *(asyncio.to_thread(pool.post_blocking, b"{}", HEADERS, 1 << 20, 10.0) for _ in range(12)))
+        return pool, replies
+
+    pool, replies = _run(script, go)
+    assert len(replies) == 12 and all(r.content == OK_BODY for r in replies)
+    assert peak == 3 and pool.opened == 3 and len(_idle(pool)) == 3
+    pool.close()
+    assert _idle(pool) == []
+
+
+def test_the_direct_backend_sends_from_the_calling_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An episode's thread sends its own request: the event loop's pool is never used."""
+    from countgym.agents.backends.base import message, text_part
+    from countgym.agents.backends.litellm_backend import LiteLLMBackend
+    from countgym.testing.server import TestServer
+
+    for var in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+
+    async def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the event loop's pool was used")
+
+    monkeypatch.setattr(Http1Pool, "post", refuse)
+    with TestServer() as srv:
+        be = LiteLLMBackend("openai/blob", api_base=srv.base_url, max_attempts=1)
+        replies = [be.complete([message("user", text_part("How many dots? ANSWER: N"))]) for _ in range(3)]
+    assert all(r.error is None and r.text for r in replies)
+    assert be._direct is not None and be._direct._blocking_pool is not None
+    assert be._direct._blocking_pool.opened == 1  # kept alive across the calls

@@ -12,7 +12,9 @@ Deadlines, not read timeouts: ``timeout_s`` is the total time one attempt may ta
 request to the last byte of the reply, enforced even when a server sends one byte every second
 (a read timeout alone never fires then). Calls run as ``litellm.acompletion`` on one background
 event loop under ``asyncio.wait_for``, so a late attempt is cancelled and its connection closed,
-not left running. Inside an ``episode_scope`` (the runner opens one per episode) the calls of an
+not left running; the direct transport's lean pool sends and reads in the calling thread, every
+socket operation bounded by what is left of the attempt's deadline, and closes a late attempt's
+connection the same way. Inside an ``episode_scope`` (the runner opens one per episode) the calls of an
 episode also share ``episode_timeout_s``. A call that fails for a passing reason returns an error
 marked ``[transient]``: resume re-runs such episodes and analysis does not score them. A 429 that
 asks to wait longer than ``max_total_wait_s`` (or says the quota is spent) raises
@@ -147,7 +149,8 @@ class _AttemptDeadline(Exception):
 
 
 def _event_loop() -> asyncio.AbstractEventLoop:
-    """The background event loop every call runs on (one per process, started on first use)."""
+    """The background event loop litellm's calls and the httpx lanes run on (one per process,
+    started on first use)."""
     global _LOOP, _LOOP_PID
     with _LOOP_LOCK:
         if _LOOP is None or _LOOP.is_closed() or _LOOP_PID != os.getpid():
@@ -191,8 +194,8 @@ class LiteLLMBackend(BaseChatModel):
             default: the userinfo is removed from the URL before any request (and masked in every
             log), so credentials in a URL never leave unless asked for.
         max_body_bytes: bound on one response body, raw and decompressed (see the module doc).
-        transport: "direct" posts to ``{api_base}/chat/completions`` with a pooled async HTTP
-            client and never imports litellm (``agents.backends.openai_direct``); "litellm" calls
+        transport: "direct" posts to ``{api_base}/chat/completions`` over pooled keep-alive
+            connections (from the calling thread) and never imports litellm (``agents.backends.openai_direct``); "litellm" calls
             ``litellm.acompletion``; "auto" (default) is "direct" for an ``openai/`` model with an
             ``api_base`` (unless the name is one of OpenAI's own: ``gpt-...``, ``o3-...``) and
             "litellm" otherwise. "direct" also reaches the OpenAI-compatible providers of
@@ -427,12 +430,22 @@ class LiteLLMBackend(BaseChatModel):
     def _call(
         self, wire: list[dict[str, Any]], budget_s: float, tools: list[dict[str, Any]] | None = None
     ) -> Any:
-        """One attempt on the background loop (a direct POST or ``litellm.acompletion``),
-        cancelled (connection closed) when the whole reply has not arrived within ``budget_s``."""
+        """One attempt: a direct POST from this thread (the lean pool) or on the background loop
+        (httpx lanes, ``litellm.acompletion``), abandoned (connection closed) when the whole
+        reply has not arrived within ``budget_s``."""
         if self._direct is not None:
             # Read here, on the caller's thread: the episode's context does not reach the loop.
             headers = simulation_headers(self._direct.url)
-            coro = asyncio.wait_for(self._direct.complete(self._direct_body(wire, tools), headers), budget_s)
+            body = self._direct_body(wire, tools)
+            if self._direct.blocking():
+                # In this thread, on blocking sockets: no hop to the event loop and back.
+                try:
+                    return self._direct.complete_blocking(body, headers, budget_s)
+                except TimeoutError:
+                    raise _AttemptDeadline(
+                        f"no complete reply within {budget_s:.1f} s (total deadline of one attempt)"
+                    ) from None
+            coro = asyncio.wait_for(self._direct.complete(body, headers), budget_s)
         else:
             kwargs = self._kwargs(wire, budget_s)
             if tools:

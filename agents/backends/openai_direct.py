@@ -27,6 +27,7 @@ import asyncio
 import json
 import os
 import ssl
+import threading
 import zlib
 from contextvars import ContextVar
 from types import SimpleNamespace
@@ -293,6 +294,9 @@ class DirectTransport:
         self._lean = lean
         self._pool: Http1Pool | None = None
         self._pool_loop: Any = None
+        self._blocking_pool: Http1Pool | None = None
+        self._blocking_pid = 0
+        self._blocking_lock = threading.Lock()
 
     def _headers(self) -> dict[str, str]:
         # A local server needs no key, but send one as the OpenAI SDK does (OPENAI_API_KEY or a placeholder).
@@ -374,6 +378,36 @@ class DirectTransport:
             reply = await self._lean_pool().post(body, sent, limit)
         except BodyTooLarge as e:
             raise ReplyTooLarge(str(e)) from None
+        return self._lean_reply(reply, limit)
+
+    def blocking(self) -> bool:
+        """Whether ``complete_blocking`` serves this endpoint (the lean pool does; httpx lanes,
+        behind a proxy or with Basic auth from the URL, run on the event loop)."""
+        if self._lean is None:
+            self._lean = lean_eligible(self.url)
+        return self._lean
+
+    def complete_blocking(self, body: bytes, headers: dict[str, str] | None, timeout_s: float) -> Any:
+        """``complete`` in the calling thread, on the lean pool's blocking sockets: the whole
+        exchange within ``timeout_s`` seconds, else ``TimeoutError``. Only where ``blocking()``."""
+        limit = self._max_body_bytes or BODY_LIMIT.get() or MAX_BODY_BYTES
+        sent = {**self._headers(), **headers} if headers else self._headers()
+        pool = self._blocking_pool
+        if pool is None or self._blocking_pid != os.getpid():
+            with self._blocking_lock:
+                # Threads share one pool; a forked child starts with connections of its own.
+                if self._blocking_pool is None or self._blocking_pid != os.getpid():
+                    self._blocking_pool = Http1Pool(self.url, self._max_connections, tls=self._tls_context)
+                    self._blocking_pid = os.getpid()
+                pool = self._blocking_pool
+        try:
+            reply = pool.post_blocking(body, sent, limit, timeout_s)
+        except BodyTooLarge as e:
+            raise ReplyTooLarge(str(e)) from None
+        return self._lean_reply(reply, limit)
+
+    def _lean_reply(self, reply: Any, limit: int) -> Any:
+        """The parsed reply of the lean pool, or the exception its status or body calls for."""
         raw = _decode_bounded(reply.content, reply.headers.get("content-encoding", ""), limit)
         status = 502 if error_in_body(reply.status_code, raw) else reply.status_code
         if status >= 300:
@@ -386,5 +420,7 @@ class DirectTransport:
         """Close this transport's idle connections and httpx lanes."""
         if self._pool is not None:
             self._pool.close()
+        if self._blocking_pool is not None:
+            self._blocking_pool.close()
         for lane in self._lanes:
             await lane.aclose()
