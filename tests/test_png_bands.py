@@ -62,7 +62,7 @@ def test_only_changed_bands_are_deflated_again(monkeypatch: pytest.MonkeyPatch) 
     png_bands.encode_png_over(view, "k", view)  # caches the view's 10 bands
     deflated: list[int] = []
     real = png_bands._band
-    monkeypatch.setattr(png_bands, "_band", lambda rows, a, b: deflated.append(a) or real(rows, a, b))
+    monkeypatch.setattr(png_bands, "_band", lambda rows, a, b, *rest: deflated.append(a) or real(rows, a, b, *rest))
     image = view.copy()
     image[BAND_ROWS * 3 + 5] = 0  # inside band 3
     image[BAND_ROWS * 7 - 1] = 0  # last row of band 6: bands 6 and 7

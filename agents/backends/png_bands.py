@@ -1,9 +1,11 @@
 """PNG encoding of a view drawn over a cached unmarked view: only the changed row bands are deflated.
 
 A tag render differs from its stimulus's unmarked view only around the tags. The PNG stream is
-cut into bands of ``BAND_ROWS`` rows, each deflated on its own (raw deflate, ended by a sync
-flush, so the bands join into one valid stream); a band whose filtered bytes are the same as the
-unmarked view's reuses that view's compressed band. Rows use the "Up" filter, so a band is
+cut into bands of ``BAND_ROWS`` rows, each deflated on its own: raw deflate ended by a full
+flush, which resets the compressor's history, so no band refers to bytes before it and any bands
+join into one valid stream (one compressor serves all the bands of an encode; making one per band
+cost more time under the interpreter lock than the deflating). A band whose filtered bytes are the
+same as the unmarked view's reuses that view's compressed band. Rows use the "Up" filter, so a band is
 re-encoded when one of its rows or the row above its first row changed. The zlib trailer's
 Adler-32 is combined from the bands' checksums (zlib's ``adler32_combine``), so unchanged bands
 are never read again. Decoders see exactly the image's pixels; the bytes differ from
@@ -37,7 +39,7 @@ _COLOUR_TYPE = {1: 0, 3: 2, 4: 6}
 _SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 Band = tuple[bytes, int, int]
-"""(raw deflate bytes ending in a sync flush, Adler-32 of the filtered bytes, their length)."""
+"""(raw deflate bytes ending in a full flush, Adler-32 of the filtered bytes, their length)."""
 
 _BANDS: OrderedDict[Hashable, list[Band]] = OrderedDict()
 _BYTES = 0
@@ -64,8 +66,9 @@ def _rows(image: np.ndarray) -> np.ndarray | None:
     return np.ascontiguousarray(image).reshape(image.shape[0], -1)
 
 
-def _band(rows: np.ndarray, start: int, stop: int) -> Band:
-    """Filter rows ``start:stop`` ("None" for row 0, "Up" for the others) and deflate them alone."""
+def _filtered(rows: np.ndarray, start: int, stop: int) -> np.ndarray:
+    """Rows ``start:stop`` PNG-filtered ("None" for row 0, "Up" for the others), each prefixed
+    by its filter byte."""
     raw = np.empty((stop - start, rows.shape[1] + 1), dtype=np.uint8)
     raw[:, 0] = 2
     if start == 0:
@@ -74,9 +77,23 @@ def _band(rows: np.ndarray, start: int, stop: int) -> Band:
         np.subtract(rows[1:stop], rows[: stop - 1], out=raw[1:, 1:])
     else:
         np.subtract(rows[start:stop], rows[start - 1 : stop - 1], out=raw[:, 1:])
-    deflate = zlib.compressobj(1, zlib.DEFLATED, -15, 8, zlib.Z_RLE)
-    data = deflate.compress(raw.data) + deflate.flush(zlib.Z_SYNC_FLUSH)
+    return raw
+
+
+def _compressor() -> zlib._Compress:
+    """Raw deflate, fastest level, run-length strategy (what ``encode_png`` uses)."""
+    return zlib.compressobj(1, zlib.DEFLATED, -15, 8, zlib.Z_RLE)
+
+
+def _deflated(deflate: zlib._Compress, raw: np.ndarray) -> Band:
+    """One band of filtered rows, standing alone (the full flush resets the history)."""
+    data = deflate.compress(raw.data) + deflate.flush(zlib.Z_FULL_FLUSH)
     return data, zlib.adler32(raw.data), raw.size
+
+
+def _band(rows: np.ndarray, start: int, stop: int, deflate: zlib._Compress) -> Band:
+    """Filter rows ``start:stop`` and deflate them as a band of their own."""
+    return _deflated(deflate, _filtered(rows, start, stop))
 
 
 def _view_bands(key: Hashable, view_rows: np.ndarray) -> list[Band]:
@@ -87,7 +104,9 @@ def _view_bands(key: Hashable, view_rows: np.ndarray) -> list[Band]:
             _BANDS.move_to_end(key)
             return hit
     h = view_rows.shape[0]
-    bands = [_band(view_rows, s, min(s + BAND_ROWS, h)) for s in range(0, h, BAND_ROWS)]
+    raw = _filtered(view_rows, 0, h)  # the whole view at once: the bands are row slices of it
+    deflate = _compressor()
+    bands = [_deflated(deflate, raw[s : s + BAND_ROWS]) for s in range(0, h, BAND_ROWS)]
     size = sum(len(b[0]) for b in bands)
     global _BYTES
     with _LOCK:
@@ -120,9 +139,14 @@ def encode_png_over(image: np.ndarray, view_key: Hashable, view: np.ndarray) -> 
     dirty = changed.copy()
     dirty[1:] |= changed[:-1]  # the "Up" filter reads the row above
     bands: list[Band] = []
+    deflate: zlib._Compress | None = None
     for i, start in enumerate(range(0, h, BAND_ROWS)):
         stop = min(start + BAND_ROWS, h)
-        bands.append(_band(rows, start, stop) if dirty[start:stop].any() else base[i])
+        if dirty[start:stop].any():
+            deflate = deflate or _compressor()
+            bands.append(_band(rows, start, stop, deflate))
+        else:
+            bands.append(base[i])
     adler = 1
     for _, band_adler, length in bands:
         adler = adler32_combine(adler, band_adler, length)
