@@ -352,8 +352,12 @@ def test_https_through_the_lean_pool_verifies_the_server(tmp_path: Path, monkeyp
         with pytest.raises(ssl.SSLCertVerificationError):
             await asyncio.to_thread(DirectTransport(base, "sk-x").complete_blocking, b"{}", None, 10.0)
         monkeypatch.setenv("SSL_CERT_FILE", str(cert))
-        blocking = await asyncio.to_thread(DirectTransport(base, "sk-x").complete_blocking, b"{}", None, 10.0)
-        assert blocking.choices[0].message.content == "ANSWER: 4"
+        kept = DirectTransport(base, "sk-x")
+        for _ in range(3):
+            blocking = await asyncio.to_thread(kept.complete_blocking, b"{}", None, 10.0)
+            assert blocking.choices[0].message.content == "ANSWER: 4"
+            await asyncio.sleep(0.05)  # late TLS records (session tickets) reach the idle connection
+        assert kept._blocking_pool is not None and kept._blocking_pool.opened == 1  # kept alive over TLS
         return trusted, reply
 
     transport, reply = _run(script, go, tls=server_tls)

@@ -232,7 +232,8 @@ class Http1Pool:
         except BaseException:
             _close(sock)
             raise
-        self.opened += 1
+        with _CREATE_LOCK:
+            self.opened += 1
         return sock
 
     def _exchange_blocking(
@@ -438,6 +439,24 @@ def _close(sock: socket.socket) -> None:
 _CREATE_LOCK = threading.Lock()
 
 
+def _alive(sock: socket.socket) -> bool:
+    """Whether an idle connection may carry the next request: nothing to read on it (readable
+    means the server closed it, or sent a stray byte). On TLS, records that carry no data (a
+    TLS 1.3 session ticket arriving late) leave it alive."""
+    try:
+        if not select.select([sock], [], [], 0)[0]:
+            return True
+        if not isinstance(sock, ssl.SSLSocket) or sock.pending():
+            return False
+        sock.settimeout(0)
+        sock.recv(1)  # a byte of data, or the connection's end: either way not reusable
+        return False
+    except ssl.SSLWantReadError:
+        return True  # only protocol records were waiting
+    except (OSError, ValueError):
+        return False
+
+
 class _BlockingState:
     """The blocking side of a pool: its connection cap and idle sockets, shared by threads."""
 
@@ -453,12 +472,7 @@ class _BlockingState:
                 if not self.idle:
                     return None
                 sock = self.idle.pop()
-            try:
-                # An idle connection has nothing to read: readable means closed (or a stray byte).
-                readable = select.select([sock], [], [], 0)[0]
-            except (OSError, ValueError):
-                readable = [sock]
-            if not readable:
+            if _alive(sock):
                 return sock
             _close(sock)
 
