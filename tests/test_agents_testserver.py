@@ -227,3 +227,17 @@ def test_the_foreground_mask_is_the_widened_comparison(target: str) -> None:
     expect = {"dark": (r < 96) & (g < 96) & (b < 96), "red": (r > 150) & (g < 90) & (b < 90),
               "any": (w.max(-1) < 110) | (w.max(-1) - w.min(-1) > 80)}[target]
     assert np.array_equal(foreground_mask(img, target=target), expect)
+
+
+@pytest.mark.parametrize("fmt,size", [("PNG", (37, 21)), ("PNG", (1, 4000)), ("JPEG", (640, 480)), ("GIF", (3, 2))])
+def test_the_usage_estimate_reads_image_sizes_from_their_headers(fmt: str, size: tuple[int, int]) -> None:
+    import base64
+    import io
+
+    from PIL import Image
+
+    from countgym.testing.server import image_size
+
+    buf = io.BytesIO()
+    Image.new("RGB", size).save(buf, format=fmt)
+    assert image_size(f"data:image/{fmt.lower()};base64," + base64.b64encode(buf.getvalue()).decode()) == size

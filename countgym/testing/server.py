@@ -330,8 +330,14 @@ def to_tool_calls(text: str, index: int) -> tuple[str, list[dict[str, Any]] | No
 
 @functools.lru_cache(maxsize=128)
 def image_size(url: str) -> tuple[int, int]:
-    """(width, height) of an image data URL from its header, without decoding the pixels."""
+    """(width, height) of an image data URL from its header, without decoding the pixels (a
+    PNG's from its first 24 bytes: signature, then the IHDR chunk's width and height)."""
     _, _, payload = url.partition(",")
+    head = base64.b64decode(payload[:32] + "=" * (-len(payload[:32]) % 4))
+    if len(head) == 24 and head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR":
+        w, h = int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+        if w > 0 and h > 0:
+            return w, h
     with Image.open(io.BytesIO(base64.b64decode(payload))) as im:
         return im.size
 
