@@ -305,3 +305,53 @@ def test_httpx_lanes_never_open_more_connections_than_allowed(slow) -> None:
     assert len(replies) == 60
     assert len(transport._lanes) == 2 and transport._size == [8, 4]
     assert handler.peak <= 12 and len(set(handler.ports)) <= 12
+
+
+def _data_url(n: int, head: str = "data:image/png;base64,") -> str:
+    import base64
+
+    return head + base64.b64encode(np.random.default_rng(n).integers(0, 256, n, dtype=np.uint8).tobytes()).decode()
+
+
+def test_request_bodies_are_what_the_json_encoder_writes() -> None:
+    """Large data URLs are spliced in as they are: the bytes are exactly json.dumps's, and the
+    caller's messages are not changed."""
+    from countgym.agents.backends.openai_direct import request_body
+
+    big, big2 = _data_url(60_000), _data_url(9_000, "data:image/jpeg;base64,")
+    odd = _data_url(9_000, 'data:image/png;x="1";base64,')  # a quote in the head: escaped by the encoder
+    wire = [
+        {"role": "system", "content": "Count \"dots\" \\ exactly; ünïcode"},
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": big, "detail": "high"}},
+                                     {"type": "text", "text": "how many?"}]},
+        {"role": "assistant", "content": "x", "tool_calls": [{"id": "c", "type": "function",
+                                                              "function": {"name": "tag", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c", "content": [{"type": "image_url", "image_url": {"url": big2}}]},
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": _data_url(30)}},
+                                     {"type": "image_url", "image_url": {"url": odd}},
+                                     {"type": "image_url", "image_url": {"url": "https://x.test/a.png"}},
+                                     {"type": "image_url", "image_url": {"url": big}}]},
+    ]
+    before = json.dumps(wire)
+    params = {"temperature": 0, "max_tokens": 64, "extra_body": {"top_k": 5}}
+    body = request_body("openai/blob", wire, params)
+    expect = {"model": "blob", "messages": wire, "temperature": 0, "max_tokens": 64, "top_k": 5}  # extra_body merged in
+    assert body == json.dumps(expect, separators=(",", ":")).encode()
+    assert json.dumps(wire) == before
+
+
+@pytest.mark.parametrize("url,safe", [
+    (_data_url(9_000), True),
+    (_data_url(30), False),  # short: not worth it
+    (_data_url(9_000).replace("A", "\\", 1), False),
+    (_data_url(9_000).replace("A", "é", 1), False),
+    (_data_url(9_000).replace("A", "\n", 1), False),
+    (_data_url(9_000, "data:image/png,"), False),  # not base64
+    (_data_url(9_000, "data:image/p\x01g;base64,"), False),
+    ("x" * 9_000, False),
+    (None, False),
+])
+def test_which_data_urls_go_in_unescaped(url: Any, safe: bool) -> None:
+    from countgym.agents.backends.openai_direct import json_safe_data_url
+
+    assert json_safe_data_url(url) is safe

@@ -165,8 +165,63 @@ def request_body(model: str, wire: list[dict[str, Any]], params: dict[str, Any])
     extra = params.get("extra_body")
     if isinstance(extra, dict):
         body.update(extra)
-    # One str and one bytes copy of the images' base64; the str dies before the request is sent.
-    return json.dumps(body, separators=(",", ":")).encode()
+    images: list[str] = []
+    mark = f"countgym-image-{os.urandom(8).hex()}-"
+    body["messages"] = [_with_marks(m, mark, images) for m in wire]
+    text = json.dumps(body, separators=(",", ":"))
+    if not images:
+        return text.encode()
+    # The images' data URLs go in as they are, between the rest's JSON: their base64 needs no
+    # escaping, and the JSON encoder would scan every character of it under the interpreter
+    # lock (about 0.5 ms per 100 kB; the check costs a fifth of that).
+    pieces: list[bytes] = []
+    for i, url in enumerate(images):
+        before, found, text = text.partition(f'"{mark}{i}"')
+        if not found:  # cannot happen: the encoder keeps the marks as they are, in order
+            body["messages"] = wire
+            return json.dumps(body, separators=(",", ":")).encode()
+        pieces += [before.encode(), b'"', url.encode("ascii"), b'"']
+    pieces.append(text.encode())
+    return b"".join(pieces)
+
+
+_BASE64 = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/="
+_SPLICE_MIN = 4096
+"""Data URLs shorter than this are left to the JSON encoder."""
+
+
+def json_safe_data_url(url: Any) -> bool:
+    """Whether ``url`` is a base64 data URL whose JSON string is its own text (nothing to escape):
+    an ASCII ``data:<type>;base64,`` head without quotes, backslashes or control characters, then
+    only base64 characters."""
+    if not isinstance(url, str) or len(url) < _SPLICE_MIN or not url.startswith("data:"):
+        return False
+    head, sep, payload = url.partition(",")
+    if not sep or not head.endswith(";base64") or not head.isascii() or not head.isprintable():
+        return False
+    if '"' in head or "\\" in head or not payload.isascii():
+        return False
+    return not payload.encode("ascii").translate(None, _BASE64)
+
+
+def _with_marks(message: Any, mark: str, images: list[str]) -> Any:
+    """``message`` with each image part's JSON-safe data URL replaced by ``mark`` and its index
+    in ``images`` (where the URL is appended); the message itself is not changed."""
+    content = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(content, list):
+        return message
+    parts: list[Any] = []
+    changed = False
+    for part in content:
+        image = part.get("image_url") if isinstance(part, dict) else None
+        url = image.get("url") if isinstance(image, dict) else None
+        if isinstance(image, dict) and isinstance(url, str) and json_safe_data_url(url):
+            parts.append({**part, "image_url": {**image, "url": f"{mark}{len(images)}"}})
+            images.append(url)
+            changed = True
+        else:
+            parts.append(part)
+    return {**message, "content": parts} if changed else message
 
 
 def _decode_bounded(raw: bytes, encoding: str, limit: int) -> bytes:

@@ -136,13 +136,16 @@ def encode_png_over(image: np.ndarray, view_key: Hashable, view: np.ndarray) -> 
     h = rows.shape[0]
     base = _view_bands(view_key, view_rows)
     changed = _changed_rows(rows, view_rows)
-    dirty = changed.copy()
-    dirty[1:] |= changed[:-1]  # the "Up" filter reads the row above
+    n_bands = -(-h // BAND_ROWS)
+    dirty = np.zeros(n_bands * BAND_ROWS, dtype=bool)
+    dirty[:h] = changed
+    dirty[1:h] |= changed[:-1]  # the "Up" filter reads the row above
+    band_dirty: list[bool] = np.logical_or.reduce(dirty.reshape(n_bands, BAND_ROWS), axis=1).tolist()
     bands: list[Band] = []
     deflate: zlib._Compress | None = None
     for i, start in enumerate(range(0, h, BAND_ROWS)):
         stop = min(start + BAND_ROWS, h)
-        if dirty[start:stop].any():
+        if band_dirty[i]:
             deflate = deflate or _compressor()
             bands.append(_band(rows, start, stop, deflate))
         else:
