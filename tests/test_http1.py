@@ -257,7 +257,7 @@ def test_a_cancelled_request_closes_its_connection_and_frees_its_slot() -> None:
     assert reply.content == OK_BODY and pool.opened == 2
 
 
-def test_requests_beyond_the_connections_wait_their_turn() -> None:
+def test_requests_beyond_the_connections_wait_their_turn_and_reuse_them(mode: str) -> None:
     in_flight = peak = 0
 
     async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
@@ -276,7 +276,9 @@ def test_requests_beyond_the_connections_wait_their_turn() -> None:
 
     pool, replies = _run(script, go)
     assert len(replies) == 12 and all(r.content == OK_BODY for r in replies)
-    assert peak == 3 and pool.opened == 3
+    assert peak == 3 and pool.opened == 3 and len(_idle(pool)) == 3
+    pool.close()
+    assert _idle(pool) == []
 
 
 def test_lean_eligibility_follows_the_proxy_settings(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -447,31 +449,6 @@ def test_a_blocking_request_past_its_deadline_is_a_timeout_and_closes_its_connec
     pool, reply, spent = _run(script, go)
     assert reply.content == OK_BODY and pool.opened == 3  # neither timed-out connection was kept
     assert all(0.35 < s < 3 for s in spent), spent
-
-
-def test_blocking_requests_beyond_the_connections_wait_their_turn_and_reuse_them() -> None:
-    in_flight = peak = 0
-
-    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
-        nonlocal in_flight, peak
-        await _read_request(reader)
-        in_flight += 1
-        peak = max(peak, in_flight)
-        await asyncio.sleep(0.05)
-        in_flight -= 1
-        writer.write(_ok())
-
-    async def go(url: str) -> Any:
-        pool = Http1Pool(url, 3)
-        replies = await asyncio.gather(
-            *(asyncio.to_thread(pool.post_blocking, b"{}", HEADERS, 1 << 20, 10.0) for _ in range(12)))
-        return pool, replies
-
-    pool, replies = _run(script, go)
-    assert len(replies) == 12 and all(r.content == OK_BODY for r in replies)
-    assert peak == 3 and pool.opened == 3 and len(_idle(pool)) == 3
-    pool.close()
-    assert _idle(pool) == []
 
 
 def test_the_direct_backend_sends_from_the_calling_thread(monkeypatch: pytest.MonkeyPatch) -> None:
