@@ -18,10 +18,12 @@ KEEP_IMAGES = 2
 
 
 def apply_context_policy(
-    history: Sequence[Message], *, keep_images: int = KEEP_IMAGES
+    history: Sequence[Message], *, keep_images: int = KEEP_IMAGES, image_type: str = "image"
 ) -> list[Message]:
     """The request to send for ``history``: the ``keep_images`` most recent image parts kept,
-    every earlier one replaced by a text part ``OMITTED_IMAGE``. ``history`` is not modified."""
+    every earlier one replaced by a text part ``OMITTED_IMAGE``. ``history`` is not modified.
+    ``image_type``: the ``type`` of an image part ("image" in countgym's messages, "image_url"
+    in OpenAI's); a message whose content is not a list of parts passes as it is."""
     if keep_images < 0:
         raise ValueError(f"keep_images must be >= 0, got {keep_images}")
     # Walk backwards so "most recent" is counted over the whole conversation, not per message.
@@ -29,12 +31,12 @@ def apply_context_policy(
     out: list[Message] = []
     for msg in reversed(history):
         content = msg.get("content")
-        if isinstance(content, str):
+        if not isinstance(content, list):
             out.append(dict(msg))
             continue
         parts: list[dict[str, Any]] = []
-        for part in reversed(content or []):
-            if part.get("type") == "image":
+        for part in reversed(content):
+            if part.get("type") == image_type:
                 seen += 1
                 if seen > keep_images:
                     parts.append({"type": "text", "text": OMITTED_IMAGE})

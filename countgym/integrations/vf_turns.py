@@ -8,16 +8,14 @@ from typing import Any
 
 from countgym.agents.backends.base import image_part, message, text_part
 from countgym.agents.backends.litellm_backend import to_openai_messages
+from countgym.agents.context import KEEP_IMAGES, apply_context_policy
 from countgym.envs import native_tools as NT
 from countgym.envs.actions import Reply
 from countgym.envs.image_env import CountImageEnv
 from countgym.envs.rewards import resolve_reward
-from countgym.envs.templates import OMITTED_IMAGE
 
 REWARDS = ("exact", "neg_abs_error", "audit")
 """countgym's built-in rewards, offered to verifiers' rubric (one weighted 1, the others 0)."""
-KEEP_IMAGES = 2
-"""Images kept in a request: the two most recent (*Give the Model a Finger*, App. C)."""
 
 
 def as_dict(x: Any) -> dict[str, Any]:
@@ -47,25 +45,12 @@ def next_turn(env: CountImageEnv, obs: dict[str, Any], reply: Reply) -> list[dic
 def prune_images(messages: list[Any], keep: int = KEEP_IMAGES) -> list[dict[str, Any]]:
     """The context policy on OpenAI-format messages (plain or verifiers' typed ones): the ``keep``
     most recent image parts stay, earlier ones become the text ``[image shown earlier omitted]``."""
-    seen = 0
-    out: list[dict[str, Any]] = []
-    for msg in reversed(messages):
+    plain = []
+    for msg in messages:
         m = as_dict(msg)
         content = m.get("content")
-        if not isinstance(content, list):
-            out.append(m)
-            continue
-        parts = []
-        for part in reversed(content):
-            p = as_dict(part)
-            if p.get("type") == "image_url":
-                seen += 1
-                if seen > keep:
-                    parts.append({"type": "text", "text": OMITTED_IMAGE})
-                    continue
-            parts.append(p)
-        out.append({**m, "content": parts[::-1]})
-    return out[::-1]
+        plain.append({**m, "content": [as_dict(p) for p in content]} if isinstance(content, list) else m)
+    return apply_context_policy(plain, keep_images=keep, image_type="image_url")
 
 
 def episode_outcome(env: CountImageEnv) -> dict[str, Any] | None:
