@@ -188,3 +188,29 @@ def test_pnginfo_text_is_no_obstacle(tmp_path: Path, monkeypatch: pytest.MonkeyP
     obs, _ = CountImageEnv(ds, tools=("tag",)).reset(options={"stimulus_id": "two"})
     url = png_data_url(obs["image"])
     assert base64.b64decode(url.partition(",")[2]) == path.read_bytes() and encodes == []
+
+
+def test_damaged_files_never_raise_and_are_sent_only_when_whole() -> None:
+    """Fuzzed: truncated, overwritten, re-lengthed and padded PNGs give None, never an
+    exception; the rare accepted one decodes to an RGB image of the stated size."""
+    import random
+
+    plain = _png(RGB)
+    rng = random.Random(0)
+    for _ in range(3000):
+        d = bytearray(plain)
+        kind = rng.randrange(4)
+        if kind == 0:
+            d = d[: rng.randrange(len(d))]
+        elif kind == 1:
+            for _ in range(rng.randrange(1, 5)):
+                d[rng.randrange(len(d))] = rng.randrange(256)
+        elif kind == 2:
+            d[8:12] = rng.randbytes(4)
+        else:
+            d += rng.randbytes(rng.randrange(1, 20))
+        sent = png_as_sent(bytes(d), (32, 24))
+        if sent is not None:
+            with Image.open(io.BytesIO(sent)) as im:
+                im.load()
+                assert im.mode == "RGB" and im.size == (32, 24)
