@@ -54,7 +54,7 @@ def test_rehearse_runs_audits_and_compares(tmp_path: Path, configs: Path, capsys
         assert model in table
     # One index page links both reports and holds the table; each report links its sibling.
     index = out / "index.html"
-    assert f"index of this rehearsal" in text and str(index) in text
+    assert "index of this rehearsal" in text and str(index) in text
     page = index.read_text()
     assert 'href="runs/finger-audit/report.html"' in page and 'href="runs/countercount-audit/report.html"' in page
     assert "Injected vs recovered" in page and "REPLACE:model-c" in page
