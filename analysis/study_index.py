@@ -85,8 +85,9 @@ def link_sibling_reports(reports: Sequence[StudyReport], index: Path | None = No
             href = html.escape(_rel(holder.report, me.audit_dir) + f"#paper-map-{key}")
             note = (f'<p class="{SIBLINGS_CLASS}-paper">This report holds no runs of this paper: the '
                     f'study\'s <a href="{href}">{html.escape(holder.label)} report</a> has them.</p>')
-            page = re.sub(rf'(<h3 id="paper-map-{key}">.*?</h3></summary>)', lambda m, n=note: m.group(1) + n,
-                          page, count=1, flags=re.S)  # fmt: skip
+            head = re.search(rf'<h3 id="paper-map-{key}">.*?</h3></summary>', page, flags=re.S)
+            if head is not None:
+                page = page[: head.end()] + note + page[head.end() :]
         me.report.write_text(page, encoding="utf-8")
         changed += 1
     return changed
