@@ -572,6 +572,15 @@ VIEWER_JS = r"""
     box.appendChild(dl);
     if (e.note) { box.appendChild(el("p", "note", e.note)); }
     if (e.error) { textBlock(box, "error", e.error, "error"); }
+    if (e.prompt) {
+      var asked = el("details", "asked");
+      asked.open = true;
+      asked.appendChild(el("summary", null, "what the model was asked (first observation)"));
+      textBlock(asked, "system prompt", e.prompt.system, "prompt");
+      textBlock(asked, "tools (native protocol)", e.prompt.tools, "prompt");
+      textBlock(asked, "user message", e.prompt.user, "prompt");
+      box.appendChild(asked);
+    }
     e.steps.forEach(function (s, j) {
       var row = el("div", "step");
       row.appendChild(picture(e.frames[j] || null, "observation " + j + (j === 0 ? " (start)" : "")));
@@ -663,6 +672,7 @@ figcaption { color: var(--muted); font-size: 12.5px; }
 pre { white-space: pre-wrap; word-break: break-word; background: var(--alt); border: 1px solid var(--line);
       border-radius: 3px; padding: 6px 8px; margin: 2px 0; font-size: 12px; max-height: 260px; overflow: auto; }
 pre.error { background: #fff1f0; } pre.reply { background: #f0f6ff; }
+pre.prompt { background: #f7f3ea; } details.asked { margin: 4px 0 8px; } details.asked > summary { cursor: pointer; color: var(--muted); }
 .meta { color: var(--muted); font-size: 12px; margin: 4px 0; }
 .legend { font-size: 12px; color: var(--muted); }
 .swatch { display: inline-block; width: 11px; height: 11px; border-radius: 50%; border: 3px solid; vertical-align: -1px; }

@@ -276,7 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
     cl.add_argument("--all", action="store_true", dest="everything", help="remove every entry not being built")
     cl.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
 
-    rp = sub.add_parser("replay", help="re-render one observation of a logged episode")
+    rp = sub.add_parser("replay", help="re-render one observation of a logged episode, or print its transcript")
     rp.add_argument("runfile", help="the episode log (.jsonl) that holds the episode, or its run folder")
     rp.add_argument("--episode", default=None,
                     help="episode id, a unique suffix of it (STIMULUS/r0), or a stimulus id")
@@ -288,6 +288,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="PNG file to write (video: a contact sheet of the sampled frames, or a folder with --frames)")
     rp.add_argument("--frames", action="store_true",
                     help="video episodes: write one PNG per sampled frame into the folder --out")
+    rp.add_argument("--text", action="store_true",
+                    help="also print the transcript (system prompt, question, replies) when writing --out; "
+                         "without --out it is printed by default")
     rp.add_argument("--data", default=None, help="dataset folder, if it moved since the run")
     return p
 
@@ -592,11 +595,15 @@ def cmd_replay(args: argparse.Namespace) -> int:
     logs = find_logs([path])
     if args.list_ids:
         return _list_episodes(iter_records(logs))
-    if not args.episode or not args.out:
-        raise UserError("replay needs --episode ID and --out IMAGE.png "
-                        f"(see the ids with: countgym replay {path} --list)")
+    if not args.episode:
+        raise UserError("replay needs --episode ID (and --out IMAGE.png for the image; without it, "
+                        f"the transcript is printed); see the ids with: countgym replay {path} --list")
     rec = _find_episode(iter_records(logs), args.episode, path)
     ds = resolve_dataset(args.data or rec.dataset)
+    if not args.out or args.text:
+        _print_transcript(rec, ds)
+        if not args.out:
+            return 0
     img = replay_observation(rec, ds, args.step)
     if img.ndim == 4:
         if args.frames:
@@ -613,6 +620,43 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise UserError(f"--frames needs a video episode; {rec.episode_id} shows one image")
     print(f"wrote {write_png(img, args.out)}")
     return 0
+
+
+def _print_transcript(rec: Any, ds: Any) -> None:
+    """Print what the model was asked (the first observation's system prompt, tool schema and
+    user message) and every step's reply and environment message, as Inspect's transcript
+    does. Model-written text is scrubbed of credentials and terminal control characters."""
+    from countgym.envs.replay import first_observation_text
+
+    def block(title: str, text: str | None) -> None:
+        if text:
+            print(f"--- {title} ---")
+            print(_printable(_scrub(text)))
+
+    truth = rec.truth.n if rec.truth is not None else "?"
+    print(f"episode {_printable(_scrub(rec.episode_id))}: arm {_printable(rec.arm.name)}, model "
+          f"{_printable(_scrub(rec.model))}, truth {truth}, answer {rec.answer}, end {rec.end}")
+    try:
+        asked = first_observation_text(rec, ds)
+    except (UserError, KeyError, ValueError, OSError) as e:
+        print(f"(the first observation's text cannot be rebuilt: {_printable(str(e))})")
+        asked = {}
+    block("system prompt", asked.get("system"))
+    block("tools (native protocol)", asked.get("tools"))
+    block("user (first observation)", asked.get("user"))
+    for st in rec.steps:
+        block(f"step {st.index + 1}: model", st.reply)
+        if st.parse_error:
+            block(f"step {st.index + 1}: parse error", st.parse_error)
+        block(f"step {st.index + 1}: environment", st.message)
+    if rec.error:
+        block("error", rec.error)
+
+
+def _printable(text: str) -> str:
+    """``text`` without terminal control characters (escape sequences, carriage returns):
+    newlines and tabs stay."""
+    return "".join(c for c in text if c in "\n\t" or (c.isprintable() and not 0x80 <= ord(c) < 0xA0))
 
 
 def _list_episodes(records: Any) -> int:

@@ -15,6 +15,8 @@ every config at its own size (the papers' studies; hours). Datasets that need a 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
 import sys
 import time
@@ -44,6 +46,8 @@ class Rehearsal:
     skipped: dict[str, str] = field(default_factory=dict)
     """Dataset -> why its cells were skipped."""
     failed_cells: list[str] = field(default_factory=list)
+    index: Path | None = None
+    """The rehearsal's ``index.html`` (its reports and the injected-vs-recovered table)."""
 
 
 def _say(text: str) -> None:
@@ -112,9 +116,32 @@ def rehearse(
         result.audit_dirs.append(audit_dir)
     _say(f"rehearsal done in {time.monotonic() - started:.0f} s: {result.cells_run} cells, {result.episodes} episodes, "
          f"{len(result.skipped)} datasets skipped ({', '.join(result.skipped) or 'none'})")
-    print_comparison(result.audit_dirs, profiles)
+    table = io.StringIO()
+    with contextlib.redirect_stdout(table):
+        print_comparison(result.audit_dirs, profiles)
+    sys.stdout.write(table.getvalue())
     print_paper_map(result.audit_dirs)
+    result.index = write_index(out, result, scale=scale, source=str(profiles.source),
+                               seconds=time.monotonic() - started, comparison=table.getvalue())
+    _say(f"\nindex of this rehearsal (its reports, linked to each other, and the table above): {result.index}")
     return result
+
+
+def write_index(out: Path, result: Rehearsal, *, scale: str, source: str, seconds: float, comparison: str) -> Path:
+    """``out/index.html``: the rehearsal's reports and its injected-vs-recovered table; each
+    report gets links to its siblings and the index."""
+    from countgym.analysis.study_index import StudyReport, link_sibling_reports, write_study_index
+
+    reports = [StudyReport(d, _PAPER_OF_FOLDER.get(d.name.removesuffix("-audit"))) for d in result.audit_dirs]
+    facts = [
+        f"Scale: {scale}; simulated models ({source} profile); {seconds:.0f} s.",
+        f"{result.cells_run} cells, {result.episodes} episodes; skipped datasets: "
+        f"{', '.join(sorted(result.skipped)) or 'none'}; failed cells: {len(result.failed_cells)}.",
+    ]
+    index = write_study_index(out / "index.html", reports, title=f"countgym rehearsal ({scale})", facts=facts,
+                              sections=[("Injected vs recovered", comparison.strip("\n"))], simulated=True)
+    link_sibling_reports(reports, index)
+    return index
 
 
 def _run_one(sim: Any, cell: Any, cfg: Any, run_dir: Path, result: Rehearsal) -> None:

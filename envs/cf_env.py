@@ -464,6 +464,12 @@ class CounterCountEnv(gym.Env):
         info = {"format": self.question_format, "options": list(self.question.option_words)}
         return obs, info
 
+    def prompt_text(self, stimulus: Stimulus) -> dict[str, str]:
+        """The text of the first observation for ``stimulus``: ``user``, the question with its
+        options (MCQ) under this environment's format, cue and generic-name settings."""
+        q = build_question(stimulus, format=self.question_format, cue=self.cue, generic=self.generic)
+        return {"system": "", "user": q.text}
+
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
         if self.state is None or self.state.ended or self.stimulus is None:
             raise RuntimeError("the episode has ended (or never started); call reset()")

@@ -52,6 +52,18 @@ def test_rehearse_runs_audits_and_compares(tmp_path: Path, configs: Path, capsys
     table = text.split("injected/recovered per model", 1)[1]
     for model in ("REPLACE:model-a", "REPLACE:model-b", "REPLACE:model-c"):
         assert model in table
+    # One index page links both reports and holds the table; each report links its sibling.
+    index = out / "index.html"
+    assert "index of this rehearsal" in text and str(index) in text
+    page = index.read_text()
+    assert 'href="runs/finger-audit/report.html"' in page and 'href="runs/countercount-audit/report.html"' in page
+    assert "Injected vs recovered" in page and "REPLACE:model-c" in page
+    finger_report = (out / "runs" / "finger-audit" / "report.html").read_text()
+    assert 'href="../countercount-audit/report.html">CounterCount report</a>' in finger_report
+    assert 'href="../../index.html">study index</a>' in finger_report
+    assert 'href="../countercount-audit/report.html#paper-map-countercount"' in finger_report
+    cc_report = (out / "runs" / "countercount-audit" / "report.html").read_text()
+    assert 'href="../finger-audit/report.html">Give the Model a Finger report</a>' in cc_report
 
 
 def test_rehearse_bad_profile_is_one_line(tmp_path: Path, configs: Path, capsys) -> None:
