@@ -542,10 +542,18 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_cache(args: argparse.Namespace) -> int:
     from countgym.scenes.cache import cache_root
-    from countgym.scenes.cache_admin import cache_entries, clean_cache, format_bytes
+    from countgym.scenes.cache_admin import (
+        cache_entries,
+        clean_cache,
+        format_bytes,
+        refuse_unmarked,
+        unmarked_roots,
+    )
 
-    entries = cache_entries()
+    unmarked = unmarked_roots()  # adopts an old countgym cache; a folder of other files stays unmarked
     if getattr(args, "cache_command", None) == "clean":
+        refuse_unmarked(unmarked)
+        entries = cache_entries()
         if args.names and (args.partial or args.everything):
             raise UserError("cache clean: give entry names, or --partial/--all, not both")
         known = {e.name for e in entries}
@@ -562,7 +570,11 @@ def cmd_cache(args: argparse.Namespace) -> int:
             print(f"kept {e.path}: a build is in progress", file=sys.stderr)
         print(f"{verb} {len(gone)} entries, {format_bytes(sum(e.bytes for e in gone))}")
         return 0
+    entries = cache_entries()
     print(f"cache: {cache_root()} (set COUNTGYM_CACHE to move it)")
+    for root in unmarked:
+        print(f"  {root} holds files countgym did not make (no countgym marker): `countgym cache clean` "
+              "will not touch it")
     if not entries:
         print("  (empty)")
         return 0
@@ -575,7 +587,7 @@ def cmd_cache(args: argparse.Namespace) -> int:
     stale = [e for e in entries if e.state == "stale"]
     partial = [e for e in entries if e.state == "partial"]
     print(f"{len(entries)} entries, {format_bytes(total)}")
-    if stale or partial:
+    if (stale or partial) and not unmarked:
         print(f"clean up: countgym cache clean (stale: {len(stale)})"
               + (f"; countgym cache clean --partial (interrupted builds: {len(partial)})" if partial else ""))
     return 0
