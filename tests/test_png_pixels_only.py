@@ -33,6 +33,10 @@ LABEL = b"ground truth: 4 dots"
 TOKEN = b"sk-live-TOKEN-0123456789abcdef"
 GPS = b"GPS 51.5074 N, 0.1278 W"
 HIDDEN = b"HIDDEN-SECOND-STREAM " * 50
+BOMB_MB = 64
+"""What the bomb's stream inflates to beyond the pixels (the issue's was 200 MB; the check stops
+at the pixels' size either way, and building a bigger one only slows the test)."""
+SIDE = 320
 
 
 @pytest.fixture(autouse=True)
@@ -86,7 +90,7 @@ def _variant(plain: bytes, im: Image.Image, case: str) -> bytes:
         z = zlib.compressobj(9)
         stream = z.compress(_rows(im))
         zeros = bytes(2**20)
-        for _ in range(200):  # 200 MB more inside the pixels' own stream
+        for _ in range(BOMB_MB):  # megabytes more inside the pixels' own stream
             stream += z.compress(zeros)
         stream += z.flush()
         return _build([ihdr, (b"IDAT", stream), (b"IEND", b"")])
@@ -123,7 +127,7 @@ CASES = ["text", "hidden stream", "after iend", "huge text", "bomb", "padded str
 
 @pytest.mark.parametrize("case", CASES)
 def test_the_provider_receives_only_the_pixels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str) -> None:
-    ds = make_tiny_dataset(tmp_path / "d")
+    ds = make_tiny_dataset(tmp_path / "d", size=(SIDE, SIDE))
     path = ds.image_path(ds["four"])
     plain = path.read_bytes()
     with Image.open(path) as im:
@@ -140,9 +144,9 @@ def test_the_provider_receives_only_the_pixels(tmp_path: Path, monkeypatch: pyte
         assert np.array_equal(np.asarray(im.convert("RGB")), obs["image"])
     idat = b"".join(b for k, b in _chunks(png) if k == b"IDAT")
     inflater = zlib.decompressobj()
-    assert len(inflater.decompress(idat)) == 768 * (1 + 3 * 768) and inflater.eof and not inflater.unused_data
+    assert len(inflater.decompress(idat)) == SIDE * (1 + 3 * SIDE) and inflater.eof and not inflater.unused_data
     assert body_size < len(plain) * 4 / 3 + 4096  # the size of the pixels, not of what came with them
-    if case == "text":
+    if case in ("text", "huge text"):
         # Dropped without re-encoding: the pixel chunks are the file's own.
         assert encodes == [] and png == _build([c for c in _chunks(plain)])
     else:
@@ -168,3 +172,15 @@ def test_chunks_no_decoder_draws_with_are_dropped_without_reencoding() -> None:
     # A stream cut short, or one that ends before the last IDAT's bytes: no.
     assert png_as_sent(_build([chunks[0], (b"IDAT", idat[:-6]), chunks[-1]]), (32, 24)) is None
     assert png_as_sent(_build([chunks[0], (b"IDAT", idat), (b"IDAT", b"\x00"), chunks[-1]]), (32, 24)) is None
+
+
+def test_a_compressed_text_bomb_is_one_clear_error(tmp_path: Path) -> None:
+    from countgym.errors import UserError
+
+    ds = make_tiny_dataset(tmp_path / "d", size=(SIDE, SIDE))
+    path = ds.image_path(ds["four"])
+    chunks = _chunks(path.read_bytes())
+    bomb = (b"zTXt", b"notes\x00\x00" + zlib.compress(b"x" * (8 * 2**20)))
+    path.write_bytes(_build([chunks[0], bomb, *chunks[1:]]))
+    with pytest.raises(UserError, match="cannot read image"):
+        CountImageEnv(ds, tools=("tag",)).reset(options={"stimulus_id": "four"})
