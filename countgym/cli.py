@@ -431,7 +431,7 @@ def all_failed(res: Any) -> bool:
 
 def failure_summary(res: Any) -> str:
     """One line for a cell whose episodes all failed: how many, the first error, the log."""
-    first = res.error_messages[0].splitlines()[0] if res.error_messages else "no message"
+    first = (_scrub(res.error_messages[0]).splitlines() or [""])[0] if res.error_messages else "no message"
     if len(first) > 200:
         first = first[:197] + "..."
     return _scrub(f"all {res.ran} episodes ended in error (first: {first}); they are recorded in {res.log}")
@@ -496,7 +496,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
         judge=judge,
         parser=parser,
         **hooks,
-        warn=lambda line: print(f"warning: {line}", file=sys.stderr),
+        warn=lambda line: print(f"warning: {_scrub(line)}", file=sys.stderr),
         n_resamples=args.resamples,
         report=True,
         viewer=ViewerOptions(max_episodes=args.viewer_episodes),
@@ -824,7 +824,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve(argv[1:])
     args = build_parser().parse_args(argv)
     # Warnings (e.g. a skipped corrupt log line) are one line each, like errors.
-    warnings.formatwarning = lambda msg, *a, **k: f"countgym: warning: {msg}\n"
+    warnings.formatwarning = lambda msg, *a, **k: f"countgym: warning: {_scrub(str(msg))}\n"
     _announce_slow_imports()
     try:
         rc = cmd_scenes_make(args) if args.command == "scenes" else COMMANDS[args.command](args)
@@ -880,9 +880,12 @@ def _stdout_is_closed() -> bool:
 
 
 def _scrub(text: str) -> str:
+    """Text that may come from a provider or a model, as printed: secrets masked, terminal
+    control sequences removed (``countgym.termtext``)."""
     from countgym.secrets import scrub_text
+    from countgym.termtext import terminal_safe
 
-    return scrub_text(text)
+    return terminal_safe(scrub_text(text))
 
 
 if __name__ == "__main__":

@@ -47,7 +47,9 @@ class Rehearsal:
 
 
 def _say(text: str) -> None:
-    print(text, flush=True)
+    from countgym.termtext import terminal_safe
+
+    print(terminal_safe(text), flush=True)  # lines can quote a provider's error
 
 
 def _default_configs() -> Path:
@@ -165,11 +167,12 @@ def _audit(run_dir: Path, audit_dir: Path, *, quick: bool = False) -> None:
     from countgym.analysis.tables import write_audit_files
     from countgym.analysis.viewer import ViewerOptions
     from countgym.logs import find_logs
+    from countgym.termtext import terminal_safe
 
     try:
         files = write_audit_files(
             find_logs([run_dir]), audit_dir, judge=SAME_MODEL, parser=None, **audit_hooks(),
-            warn=lambda line: print(f"warning: {line}", file=sys.stderr), report=True,
+            warn=lambda line: print(f"warning: {terminal_safe(line)}", file=sys.stderr), report=True,
             viewer=ViewerOptions(max_episodes=QUICK_VIEWER_EPISODES) if quick else ViewerOptions(),
             n_resamples=QUICK_RESAMPLES if quick else 2000,
         )
