@@ -16,6 +16,7 @@ every config at its own size (the papers' studies; hours). Datasets that need a 
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 import warnings
@@ -85,8 +86,7 @@ def rehearse(
     plans = []
     for f in files:
         cfg = load_config(f)
-        target = out / cfg.out if not Path(cfg.out).is_absolute() else out / Path(cfg.out).name
-        plans.append((f, with_overrides(cfg, out=str(target), limit=limit)))
+        plans.append((f, with_overrides(cfg, out=str(run_folder(out, cfg.out, f)), limit=limit)))
     result = Rehearsal()
     started = time.monotonic()
     _say(f"rehearsal ({scale}): {len(files)} configs from {folder}, simulated models ({profiles.source} profile)"
@@ -117,6 +117,23 @@ def rehearse(
     print_comparison(result.audit_dirs, profiles)
     print_paper_map(result.audit_dirs)
     return result
+
+
+def run_folder(out: Path, config_out: str, config: Path) -> Path:
+    """Where a config's ``out`` goes in a rehearsal: inside ``out``, so that the run folder and
+    its audit folder (``NAME-audit`` beside it) stay under ``--out``. A relative ``out`` is
+    taken under ``--out``; an absolute one is re-rooted there by its last part
+    (``/data/runs/finger`` -> ``OUT/finger``); one that climbs out with ``..``, or names
+    ``--out`` itself, is refused (a ``UserError``)."""
+    given = Path(config_out)
+    rel = Path(given.name) if given.is_absolute() else given
+    norm = os.path.normpath(rel)
+    if norm in (".", "..") or norm.startswith(".." + os.sep) or Path(norm).is_absolute():
+        raise UserError(
+            f"{config}: out = {config_out!r} leaves the rehearsal's --out folder (a rehearsal writes "
+            "only under --out); give a folder inside it, such as \"runs/NAME\""
+        )
+    return out / norm
 
 
 def _run_one(sim: Any, cell: Any, cfg: Any, run_dir: Path, result: Rehearsal) -> None:
