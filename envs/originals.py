@@ -79,8 +79,9 @@ class Original:
         self.key = key
         """What identifies the view's pixels (None: not cached)."""
         self.source_png = png_as_sent(source, image.size) if source is not None and image.mode == "RGB" else None
-        """The file the image was decoded from, when it is a PNG of exactly the view's pixels
-        (``png_as_sent``): sent as it is, instead of an encoding of the view. Else None."""
+        """The pixel chunks of the file the image was decoded from, when it is a PNG of exactly
+        the view's pixels (``png_as_sent``: IHDR, IDAT and IEND, nothing else): sent instead of
+        an encoding of the view. Else None."""
         view = np.asarray(render_working_image(image))
         view.flags.writeable = False
         self._png: bytes | None = None

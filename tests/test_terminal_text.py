@@ -64,3 +64,12 @@ def test_warnings_on_the_command_line_are_printed_safe(capsys) -> None:
     main(["cache", "list"])  # installs the command line's warning format
     line = warnings.formatwarning(HOSTILE, UserWarning, "x.py", 1)
     assert line == "countgym: warning: provider said no\n"
+
+
+def test_litellm_log_lines_are_made_safe() -> None:
+    import logging
+
+    from countgym.agents.backends.litellm_import import _OncePerMessage
+
+    record = logging.LogRecord("LiteLLM", logging.ERROR, "x.py", 1, "provider said: %s", (HOSTILE,), None)
+    assert _OncePerMessage().filter(record) and record.getMessage() == "provider said: provider said no"
