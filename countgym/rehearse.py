@@ -16,7 +16,6 @@ every config at its own size (the papers' studies; hours). Datasets that need a 
 from __future__ import annotations
 
 import math
-import os
 import sys
 import time
 import warnings
@@ -126,14 +125,21 @@ def run_folder(out: Path, config_out: str, config: Path) -> Path:
     (``/data/runs/finger`` -> ``OUT/finger``); one that climbs out with ``..``, or names
     ``--out`` itself, is refused (a ``UserError``)."""
     given = Path(config_out)
-    rel = Path(given.name) if given.is_absolute() else given
-    norm = os.path.normpath(rel)
-    if norm in (".", "..") or norm.startswith(".." + os.sep) or Path(norm).is_absolute():
+    parts: list[str] = []
+    for part in (given.name,) if given.is_absolute() else given.parts:
+        if part == "..":
+            if not parts:
+                parts = [".."]
+                break
+            parts.pop()
+        elif part not in ("", "."):
+            parts.append(part)
+    if not parts or parts == [".."]:
         raise UserError(
             f"{config}: out = {config_out!r} leaves the rehearsal's --out folder (a rehearsal writes "
             "only under --out); give a folder inside it, such as \"runs/NAME\""
         )
-    return out / norm
+    return out.joinpath(*parts)
 
 
 def _run_one(sim: Any, cell: Any, cfg: Any, run_dir: Path, result: Rehearsal) -> None:
