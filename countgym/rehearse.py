@@ -61,6 +61,30 @@ def _default_configs() -> Path:
     return folder
 
 
+def run_folder(out: Path, config_out: str, config: Path) -> Path:
+    """Where a config's ``out`` goes in a rehearsal: inside ``out``, so that the run folder and
+    its audit folder (``NAME-audit`` beside it) stay under ``--out``. A relative ``out`` is
+    taken under ``--out``; an absolute one is re-rooted there by its last part
+    (``/data/runs/finger`` -> ``OUT/finger``); one that climbs out with ``..``, or names
+    ``--out`` itself, is refused (a ``UserError``)."""
+    given = Path(config_out)
+    parts: list[str] = []
+    for part in (given.name,) if given.is_absolute() else given.parts:
+        if part == "..":
+            if not parts:
+                parts = [".."]
+                break
+            parts.pop()
+        elif part not in ("", "."):
+            parts.append(part)
+    if not parts or parts == [".."]:
+        raise UserError(
+            f"{config}: out = {config_out!r} leaves the rehearsal's --out folder (a rehearsal writes "
+            "only under --out); give a folder inside it, such as \"runs/NAME\""
+        )
+    return out.joinpath(*parts)
+
+
 def rehearse(
     out: Path,
     *,
@@ -116,30 +140,6 @@ def rehearse(
     print_comparison(result.audit_dirs, profiles)
     print_paper_map(result.audit_dirs)
     return result
-
-
-def run_folder(out: Path, config_out: str, config: Path) -> Path:
-    """Where a config's ``out`` goes in a rehearsal: inside ``out``, so that the run folder and
-    its audit folder (``NAME-audit`` beside it) stay under ``--out``. A relative ``out`` is
-    taken under ``--out``; an absolute one is re-rooted there by its last part
-    (``/data/runs/finger`` -> ``OUT/finger``); one that climbs out with ``..``, or names
-    ``--out`` itself, is refused (a ``UserError``)."""
-    given = Path(config_out)
-    parts: list[str] = []
-    for part in (given.name,) if given.is_absolute() else given.parts:
-        if part == "..":
-            if not parts:
-                parts = [".."]
-                break
-            parts.pop()
-        elif part not in ("", "."):
-            parts.append(part)
-    if not parts or parts == [".."]:
-        raise UserError(
-            f"{config}: out = {config_out!r} leaves the rehearsal's --out folder (a rehearsal writes "
-            "only under --out); give a folder inside it, such as \"runs/NAME\""
-        )
-    return out.joinpath(*parts)
 
 
 def _run_one(sim: Any, cell: Any, cfg: Any, run_dir: Path, result: Rehearsal) -> None:
