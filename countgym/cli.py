@@ -434,7 +434,7 @@ def all_failed(res: Any) -> bool:
 
 def failure_summary(res: Any) -> str:
     """One line for a cell whose episodes all failed: how many, the first error, the log."""
-    first = res.error_messages[0].splitlines()[0] if res.error_messages else "no message"
+    first = (_scrub(res.error_messages[0]).splitlines() or [""])[0] if res.error_messages else "no message"
     if len(first) > 200:
         first = first[:197] + "..."
     return _scrub(f"all {res.ran} episodes ended in error (first: {first}); they are recorded in {res.log}")
@@ -499,7 +499,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
         judge=judge,
         parser=parser,
         **hooks,
-        warn=lambda line: print(f"warning: {line}", file=sys.stderr),
+        warn=lambda line: print(f"warning: {_scrub(line)}", file=sys.stderr),
         n_resamples=args.resamples,
         report=True,
         viewer=ViewerOptions(max_episodes=args.viewer_episodes),
@@ -545,10 +545,18 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_cache(args: argparse.Namespace) -> int:
     from countgym.scenes.cache import cache_root
-    from countgym.scenes.cache_admin import cache_entries, clean_cache, format_bytes
+    from countgym.scenes.cache_admin import (
+        cache_entries,
+        clean_cache,
+        format_bytes,
+        refuse_unmarked,
+        unmarked_roots,
+    )
 
-    entries = cache_entries()
+    unmarked = unmarked_roots()  # adopts an old countgym cache; a folder of other files stays unmarked
     if getattr(args, "cache_command", None) == "clean":
+        refuse_unmarked(unmarked)
+        entries = cache_entries()
         if args.names and (args.partial or args.everything):
             raise UserError("cache clean: give entry names, or --partial/--all, not both")
         known = {e.name for e in entries}
@@ -565,7 +573,11 @@ def cmd_cache(args: argparse.Namespace) -> int:
             print(f"kept {e.path}: a build is in progress", file=sys.stderr)
         print(f"{verb} {len(gone)} entries, {format_bytes(sum(e.bytes for e in gone))}")
         return 0
+    entries = cache_entries()
     print(f"cache: {cache_root()} (set COUNTGYM_CACHE to move it)")
+    for root in unmarked:
+        print(f"  {root} holds files countgym did not make (no countgym marker): `countgym cache clean` "
+              "will not touch it")
     if not entries:
         print("  (empty)")
         return 0
@@ -578,7 +590,7 @@ def cmd_cache(args: argparse.Namespace) -> int:
     stale = [e for e in entries if e.state == "stale"]
     partial = [e for e in entries if e.state == "partial"]
     print(f"{len(entries)} entries, {format_bytes(total)}")
-    if stale or partial:
+    if (stale or partial) and not unmarked:
         print(f"clean up: countgym cache clean (stale: {len(stale)})"
               + (f"; countgym cache clean --partial (interrupted builds: {len(partial)})" if partial else ""))
     return 0
@@ -856,7 +868,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve(argv[1:])
     args = build_parser().parse_args(argv)
     # Warnings (e.g. a skipped corrupt log line) are one line each, like errors.
-    warnings.formatwarning = lambda msg, *a, **k: f"countgym: warning: {msg}\n"
+    warnings.formatwarning = lambda msg, *a, **k: f"countgym: warning: {_scrub(str(msg))}\n"
     _announce_slow_imports()
     try:
         rc = cmd_scenes_make(args) if args.command == "scenes" else COMMANDS[args.command](args)
@@ -912,9 +924,12 @@ def _stdout_is_closed() -> bool:
 
 
 def _scrub(text: str) -> str:
+    """Text that may come from a provider or a model, as printed: secrets masked, terminal
+    control sequences removed (``countgym.termtext``)."""
     from countgym.secrets import scrub_text
+    from countgym.termtext import terminal_safe
 
-    return scrub_text(text)
+    return terminal_safe(scrub_text(text))
 
 
 if __name__ == "__main__":

@@ -51,7 +51,9 @@ class Rehearsal:
 
 
 def _say(text: str) -> None:
-    print(text, flush=True)
+    from countgym.termtext import terminal_safe
+
+    print(terminal_safe(text), flush=True)  # lines can quote a provider's error
 
 
 def _default_configs() -> Path:
@@ -61,6 +63,30 @@ def _default_configs() -> Path:
     if folder is None:
         raise UserError("no configs/ folder next to this countgym: pass --configs DIR")
     return folder
+
+
+def run_folder(out: Path, config_out: str, config: Path) -> Path:
+    """Where a config's ``out`` goes in a rehearsal: inside ``out``, so that the run folder and
+    its audit folder (``NAME-audit`` beside it) stay under ``--out``. A relative ``out`` is
+    taken under ``--out``; an absolute one is re-rooted there by its last part
+    (``/data/runs/finger`` -> ``OUT/finger``); one that climbs out with ``..``, or names
+    ``--out`` itself, is refused (a ``UserError``)."""
+    given = Path(config_out)
+    parts: list[str] = []
+    for part in (given.name,) if given.is_absolute() else given.parts:
+        if part == "..":
+            if not parts:
+                parts = [".."]
+                break
+            parts.pop()
+        elif part not in ("", "."):
+            parts.append(part)
+    if not parts or parts == [".."]:
+        raise UserError(
+            f"{config}: out = {config_out!r} leaves the rehearsal's --out folder (a rehearsal writes "
+            "only under --out); give a folder inside it, such as \"runs/NAME\""
+        )
+    return out.joinpath(*parts)
 
 
 def rehearse(
@@ -87,8 +113,7 @@ def rehearse(
     plans = []
     for f in files:
         cfg = load_config(f)
-        target = out / cfg.out if not Path(cfg.out).is_absolute() else out / Path(cfg.out).name
-        plans.append((f, with_overrides(cfg, out=str(target), limit=limit)))
+        plans.append((f, with_overrides(cfg, out=str(run_folder(out, cfg.out, f)), limit=limit)))
     result = Rehearsal()
     started = time.monotonic()
     _say(f"rehearsal ({scale}): {len(files)} configs from {folder}, simulated models ({profiles.source} profile)"
@@ -192,11 +217,12 @@ def _audit(run_dir: Path, audit_dir: Path, *, quick: bool = False) -> None:
     from countgym.analysis.tables import write_audit_files
     from countgym.analysis.viewer import ViewerOptions
     from countgym.logs import find_logs
+    from countgym.termtext import terminal_safe
 
     try:
         files = write_audit_files(
             find_logs([run_dir]), audit_dir, judge=SAME_MODEL, parser=None, **audit_hooks(),
-            warn=lambda line: print(f"warning: {line}", file=sys.stderr), report=True,
+            warn=lambda line: print(f"warning: {terminal_safe(line)}", file=sys.stderr), report=True,
             viewer=ViewerOptions(max_episodes=QUICK_VIEWER_EPISODES) if quick else ViewerOptions(),
             n_resamples=QUICK_RESAMPLES if quick else 2000,
         )

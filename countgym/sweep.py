@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from countgym.celllock import CellBusyError
 from countgym.cells import CellSpec, make_cell, resolve_source
+from countgym.configtext import read_config_text
 from countgym.errors import UserError
 from countgym.limits import MAX_CONCURRENCY, MAX_REPEATS, config_depth_problem, nesting_message
 from countgym.runner import CellResult, done_episodes, run_cell
@@ -148,15 +149,11 @@ def load_config(path: str | Path) -> SweepConfig:
     p = Path(path)
     if not p.is_file():
         raise UserError(f"no such sweep config: {p}")
+    if p.suffix not in (".toml", ".yaml", ".yml"):
+        raise UserError(f"sweep config must be .toml, .yaml or .yml, got {p.name}")
+    text = read_config_text(p)
     try:
-        if p.suffix == ".toml":
-            data = tomllib.loads(p.read_text())
-        elif p.suffix in (".yaml", ".yml"):
-            data = load_yaml(p.read_text())
-        else:
-            raise UserError(f"sweep config must be .toml, .yaml or .yml, got {p.name}")
-    except UnicodeDecodeError as e:
-        raise UserError(f"{p}: cannot parse: not UTF-8 text ({e.reason} at byte {e.start})") from None
+        data = tomllib.loads(text) if p.suffix == ".toml" else load_yaml(text)
     except RecursionError:
         raise UserError(f"{p}: cannot parse: {nesting_message()}") from None
     except yaml.MarkedYAMLError as e:

@@ -33,7 +33,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from countgym.configtext import read_config_text
 from countgym.errors import UserError
+from countgym.limits import config_depth_problem, nesting_message
 
 
 @dataclass(frozen=True)
@@ -129,7 +131,9 @@ def _check_table(where: str, table: Any) -> dict[str, float]:
         lo, hi = _RANGES[key]
         ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
         if not ok or not lo <= value <= hi:
-            raise UserError(f"{where}: {key} must be a number from {lo:g} to {hi:g}, got {value!r}")
+            got = repr(value) if isinstance(value, int | float | str) and len(str(value)) <= 40 else (
+                f"a {type(value).__name__}")  # a list or table is not quoted back whole
+            raise UserError(f"{where}: {key} must be a number from {lo:g} to {hi:g}, got {got}")
         out[key] = float(value)
     return out
 
@@ -139,12 +143,16 @@ def load_profiles(path: str | Path) -> ProfileSet:
     p = Path(path)
     if not p.is_file():
         raise UserError(f"no such simulation profile: {p}")
+    text = read_config_text(p)
     try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise UserError(f"{p}: cannot parse: not UTF-8 text") from None
+        data = tomllib.loads(text)
+    except RecursionError:
+        raise UserError(f"{p}: cannot parse: {nesting_message()}") from None
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"{p}: cannot parse: {str(e).splitlines()[0]}") from None
+    deep = config_depth_problem(data)
+    if deep:
+        raise UserError(f"{p}: {deep}")
     for key in data:
         if key not in ("default", "models"):
             raise UserError(f"{p}: unknown table {key!r}; a profile has [default] and [models.\"NAME\"]")
