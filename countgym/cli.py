@@ -643,15 +643,15 @@ def _print_transcript(rec: Any, ds: Any) -> None:
     def block(title: str, text: str | None) -> None:
         if text:
             print(f"--- {title} ---")
-            print(_printable(_scrub(text)))
+            print(_scrub(text))
 
     truth = rec.truth.n if rec.truth is not None else "?"
-    print(f"episode {_printable(_scrub(rec.episode_id))}: arm {_printable(rec.arm.name)}, model "
-          f"{_printable(_scrub(rec.model))}, truth {truth}, answer {rec.answer}, end {rec.end}")
+    print(f"episode {_scrub(rec.episode_id)}: arm {_scrub(rec.arm.name)}, model "
+          f"{_scrub(rec.model)}, truth {truth}, answer {rec.answer}, end {rec.end}")
     try:
         asked = first_observation_text(rec, ds)
     except (UserError, KeyError, ValueError, OSError) as e:
-        print(f"(the first observation's text cannot be rebuilt: {_printable(str(e))})")
+        print(f"(the first observation's text cannot be rebuilt: {_scrub(str(e))})")
         asked = {}
     block("system prompt", asked.get("system"))
     block("tools (native protocol)", asked.get("tools"))
@@ -663,12 +663,6 @@ def _print_transcript(rec: Any, ds: Any) -> None:
         block(f"step {st.index + 1}: environment", st.message)
     if rec.error:
         block("error", rec.error)
-
-
-def _printable(text: str) -> str:
-    """``text`` without terminal control characters (escape sequences, carriage returns):
-    newlines and tabs stay."""
-    return "".join(c for c in text if c in "\n\t" or (c.isprintable() and not 0x80 <= ord(c) < 0xA0))
 
 
 def _list_episodes(records: Any) -> int:
