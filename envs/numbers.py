@@ -51,7 +51,7 @@ _MAX_DIGITS = len(str(MAX_COUNT))
 
 NumberKind = Literal[
     "count", "negative", "decimal", "exponent", "hex", "out_of_range", "separator", "fraction",
-    "percent", "bound", "approximate", "mixed_script", "broken",
+    "percent", "bound", "approximate", "mixed_script", "broken", "negated", "scale",
 ]  # fmt: skip
 
 INVISIBLE = (
@@ -75,12 +75,24 @@ _TENS = {
     "seventy": 70, "eighty": 80, "ninety": 90,
 }  # fmt: skip
 _SCALES = {"thousand": 1_000, "million": 1_000_000}
+MULTIPLIERS: dict[str, int] = {
+    "hundred": 100, "hundreds": 100, "thousand": 1_000, "thousands": 1_000, "million": 1_000_000,
+    "millions": 1_000_000, "billion": 10**9, "billions": 10**9, "trillion": 10**12, "trillions": 10**12,
+    "quadrillion": 10**15, "quintillion": 10**18, "googol": 10**100, "googols": 10**100,
+    "dozen": 12, "dozens": 12, "score": 20, "gross": 144,
+}  # fmt: skip
+"""Words that multiply the number before them out exactly (``two dozen`` 24, ``3 score`` 60,
+``2 thousands`` 2000); a product above ``MAX_COUNT`` is out of range (``1 billion``, ``a googol``)."""
+REFUSED_SCALES = frozenset({"lakh", "lakhs", "lac", "lacs", "crore", "crores"})
+"""Scale words of the Indian numbering system, refused (no answer, kind ``scale``) as its digit
+grouping (``1,00,000``) is: the grammar reads one numbering system."""
+_MULTIPLIER_WORDS = "|".join(sorted([*MULTIPLIERS, *REFUSED_SCALES], key=len, reverse=True))
 _ORDINAL_WORDS = (
     "first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|"
     "thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|"
     "thirtieth|fortieth|fiftieth|sixtieth|seventieth|eightieth|ninetieth|hundredth|thousandth|millionth"
 )
-_NUMBER_WORDS = sorted([*_UNITS, *_TENS, "hundred", *_SCALES], key=len, reverse=True)
+_NUMBER_WORDS = sorted({*_UNITS, *_TENS, *MULTIPLIERS, *REFUSED_SCALES}, key=len, reverse=True)
 _NW = "|".join(_NUMBER_WORDS)
 _SEP = r"(?:[ \t]*-[ \t]*|[ \t]+)"
 
@@ -92,7 +104,7 @@ _DIGITS = re.compile(
 )
 # Number-word runs: words and "and"/"a" joined by spaces or hyphens (split into numbers later).
 _WORDS = re.compile(
-    rf"\b(?:(?:{_NW})|a(?={_SEP}(?:hundred|thousand|million)\b))\b(?:{_SEP}(?:{_NW}|and|a)\b)*",
+    rf"\b(?:(?:{_NW})|a(?={_SEP}(?:hundred|thousand|million|dozen|gross|googol)\b))\b(?:{_SEP}(?:{_NW}|and|a)\b)*",
     re.IGNORECASE,
 )
 _TOKEN = re.compile(r"[A-Za-z]+")
@@ -124,7 +136,7 @@ _DIGITS_AFTER = re.compile(
     r"|(?P<glued>[^\W\d])"
     r"|(?P<fraction>[/\u2044\u2215][ \t]*\d+|[\u00bc-\u00be\u2150-\u215e])"
     r"|(?P<percent>[ \t]?[%\u066a\u2030\u2031\uff05])"
-    r"|(?P<scale>[ \t]+(?:hundred|thousand|million)\b)",
+    rf"|(?P<scale>[ \t]+(?:{_MULTIPLIER_WORDS})\b)",
     re.IGNORECASE,
 )
 _DIGITS_AFTER_START = frozenset(
@@ -148,6 +160,8 @@ _AFTER_START = frozenset(" \t(+\uff0b-\u00b1")
 # one pass, keyed by where the marker (and the spaces after it) end.
 _BEFORE = re.compile(
     r"(?:(?P<negative>\b(?:minus|negative))"
+    r"|(?P<negated>\b(?:not|never)(?:[ \t]+(?:exactly|quite|even|just|only|precisely))?|n['\u2019]t)"
+    r"|(?P<fraction>\bhalf)"
     r"|(?P<approximate>\b(?:about|around|approximately|approx\b\.?|roughly|nearly|almost|circa|ca\.|"
     r"close[ \t]+to|estimated|in[ \t]+the[ \t]+region[ \t]+of)|[~\u2248\u223c\u2243\u00b1\uff5e])"
     r"|(?P<bound>\b(?:at[ \t]+least|at[ \t]+most|(?:more|less|fewer|greater|higher|lower)[ \t]+than|over|under|"
@@ -162,6 +176,11 @@ _PRONOUN_ONE = re.compile(
     re.IGNORECASE,
 )
 _WINDOW = 40
+_EMPHASIS = re.compile(r"(?<!\w)_{1,3}(?=[^\W_])|(?<=[^\W_])_{1,3}(?!\w)")
+"""Markdown emphasis with underscores (``__12__``, ``_twelve_``), not an identifier's (``x_12``)."""
+NONE_SPAN = re.compile(r"[\W_]*none(?:[ \t]+at[ \t]+all)?[\W_]*", re.IGNORECASE)
+"""An answer span that is only ``none``: the count 0 (``ANSWER: none``, ``"count": "none"``)."""
+_NOT_GROSS = re.compile(r"[ \t]*-?[ \t]*(?!of\b)[A-Za-z]")
 
 
 @dataclass(frozen=True)
@@ -180,6 +199,8 @@ class Number:
 # =========================================================================== scanning
 def scan_numbers(text: str) -> list[Number]:
     """Every number mention in ``text``, in order, each classified (see the module). Linear time."""
+    if "_" in text:
+        text = _EMPHASIS.sub(lambda m: " " * len(m.group()), text)  # same length: offsets hold
     marks = {m.end(): m.lastgroup for m in _BEFORE.finditer(text)}
     found = _digit_mentions(text, marks)
     words = _word_mentions(text, marks)
@@ -219,16 +240,21 @@ def _digit_mentions(text: str, marks: dict[int, str | None]) -> list[Number]:
                 continue  # "3D", "10s", "1st", "12ish": not a number mention
             if what == "scale":
                 if kind == "count":
-                    word = after.group().strip().lower()
-                    value = value * (100 if word == "hundred" else _SCALES[word])  # type: ignore[operator]
-                    if value > MAX_COUNT:
-                        value, kind = None, "out_of_range"
+                    value, kind = _multiply(value, after.group().strip().lower())  # type: ignore[arg-type]
                     e = after.end()
             else:
                 out.append(Number(s, after.end(), None, what))  # type: ignore[arg-type]
                 continue
         out.append(_context(text, marks, s, e, value, kind, word=False))
     return out
+
+
+def _multiply(value: int, word: str) -> tuple[int | None, NumberKind]:
+    """``value`` times a multiplier word, exactly, or why it is no count."""
+    if word in REFUSED_SCALES:
+        return None, "scale"
+    value *= MULTIPLIERS[word]
+    return (value, "count") if value <= MAX_COUNT else (None, "out_of_range")
 
 
 def _is_word_char(c: str) -> bool:
@@ -343,10 +369,17 @@ def _word_mentions(text: str, marks: dict[int, str | None]) -> list[Number]:
                 continue
             value, j = parsed
             s, e = toks[i][1], toks[j - 1][2]
+            head = i
             i = j
             if _ORDINAL_AFTER.match(text, e):
                 continue  # "twenty-first"
             kind: NumberKind = "count" if value <= MAX_COUNT else "out_of_range"
+            if j < len(toks) and (words[j] in MULTIPLIERS or words[j] in REFUSED_SCALES) and kind == "count":
+                if words[j] == "gross" and words[head] == "a" and _NOT_GROSS.match(text, toks[j][2]):
+                    continue  # "a gross error": an adjective
+                value, kind = _multiply(value, words[j])  # type: ignore[assignment]
+                e = toks[j][2]
+                i = j + 1
             out.append(_context(text, marks, s, e, value if kind == "count" else None, kind, word=True))
     return out
 
@@ -387,7 +420,7 @@ def _below_thousand(toks: list[str], j: int) -> tuple[int, int] | None:
     if t == "a":
         if nxt == "hundred":
             return _after_hundred(toks, 100, j + 2)
-        return (1, j + 1) if nxt in _SCALES else None
+        return (1, j + 1) if nxt in _SCALES or nxt in ("dozen", "gross", "googol") else None
     small = _below_hundred(toks, j)
     if small is None:
         return None
@@ -438,6 +471,11 @@ def decide(found: list[Number]) -> tuple[int | None, str]:
     """The count stated by an answer span's mentions: ``(value, "count")`` or ``(None, why)``."""
     if not found:
         return None, "no number"
+    # A negated number (``not 12``) is never the answer; what else the span says may be.
+    stated = [n for n in found if n.kind != "negated"]
+    if not stated:
+        return None, "negated"
+    found = stated
     bad = [n.kind for n in found if n.kind != "count"]
     if bad:
         return None, bad[0].replace("_", " ")
@@ -457,32 +495,30 @@ def read_count(text: str, start: int = 0, end: int | None = None) -> tuple[int |
     line_start = max(text.rfind("\n", 0, start) + 1, start - 2 * _WINDOW)
     line = text[line_start:end]
     offset = start - line_start
-    return decide([n for n in count_mentions(line) if n.start >= offset or n.end > offset])
+    found = [n for n in count_mentions(line) if n.start >= offset or n.end > offset]
+    if not found and NONE_SPAN.fullmatch(text, start, end):
+        return 0, "count"
+    return decide(found)
 
 
 def parse_count(token: Any) -> tuple[int | None, str]:
     """One answer value under the count grammar: ``(value, "count")`` or ``(None, why)``.
 
-    Accepts an ``int`` (not a bool) or a string that is exactly one count (surrounding spaces
-    and a leading ``+`` allowed): ``"12"``, ``"1,000"``, ``"twenty-one"``, ``"2 thousand"``."""
+    Accepts an ``int`` (not a bool) or a string, read as an answer span is (``read_count``), so
+    a JSON or tool-call ``count`` reads as the same text after ``ANSWER:`` does: ``"12"``,
+    ``"__12__"``, ``"twenty-one"``, ``"two dozen"``, ``"none"`` (0). ``why`` is the kind of the
+    first mention that is no count (``"negated"``, ``"bound"``, ...) or ``"several numbers (...)"``."""
     if isinstance(token, bool) or not isinstance(token, int | str):
         return None, f"not a count ({type(token).__name__})"
     if isinstance(token, int):
         if 0 <= token <= MAX_COUNT:
             return token, "count"
         return None, "negative" if token < 0 else "out_of_range"
-    text = token.strip()
-    if text[:1] == "+" and text[1:2].isdecimal():
-        text = text[1:]
-    found = count_mentions(text)
-    if len(found) == 1:
-        n = found[0]
-        if n.kind != "count":
-            return None, n.kind
-        if n.start == 0 and n.end == len(text):
-            return n.value, "count"
-        return None, "not a count"
+    found = count_mentions(token)
     if not found:
-        return None, "not a count"
-    value, why = decide(found)
-    return None, why if value is None else "not a count"
+        return (0, "count") if NONE_SPAN.fullmatch(token) else (None, "not a count")
+    stated = [n for n in found if n.kind != "negated"] or found
+    bad = [n.kind for n in stated if n.kind != "count"]
+    if bad:
+        return None, bad[0]
+    return decide(found)
