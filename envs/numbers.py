@@ -176,6 +176,12 @@ _PRONOUN_ONE = re.compile(
     re.IGNORECASE,
 )
 _WINDOW = 40
+_TIMES = re.compile(r"[ \t]*(?:[xX\u00d7*\u22c5\u00b7]|times|by|multiplied[ \t]+by)[ \t]*", re.IGNORECASE)
+_GROUPS_OF = re.compile(
+    r"[ \t]+(?:rows?|columns?|groups?|sets?|stacks?|layers?|piles?|clusters?|lines?|towers?|batches?|"
+    r"packs?)[ \t]+(?:of|with|containing|each[ \t]+(?:of|with|containing))[ \t]+",
+    re.IGNORECASE,
+)
 _EMPHASIS = re.compile(r"(?<!\w)_{1,3}(?=[^\W_])|(?<=[^\W_])_{1,3}(?!\w)")
 """Markdown emphasis with underscores (``__12__``, ``_twelve_``), not an identifier's (``x_12``)."""
 NONE_SPAN = re.compile(r"[\W_]*none(?:[ \t]+at[ \t]+all)?[\W_]*", re.IGNORECASE)
@@ -205,19 +211,37 @@ def scan_numbers(text: str) -> list[Number]:
     found = _digit_mentions(text, marks)
     words = _word_mentions(text, marks)
     if not words:
-        return found
-    if not found:
-        return words
-    out = sorted(found + words, key=lambda n: n.start)
-    # A word mention inside a digit mention ("2 thousand") is part of it.
-    kept: list[Number] = []
-    reach = -1
-    for n in out:
-        if n.start < reach:
+        kept = found
+    elif not found:
+        kept = words
+    else:
+        # A word mention inside a digit mention ("2 thousand") is part of it.
+        kept = []
+        reach = -1
+        for n in sorted(found + words, key=lambda n: n.start):
+            if n.start < reach:
+                continue
+            kept.append(n)
+            reach = max(reach, n.end)
+    return _products(text, kept) if len(kept) > 1 else kept
+
+
+def _products(text: str, found: list[Number]) -> list[Number]:
+    """Products written out (``3 x 4``, ``3 times 4``, ``4 rows of 3``) as one mention of their
+    value: the count they state, exactly, never one of their factors."""
+    out = [found[0]]
+    for n in found[1:]:
+        a = out[-1]
+        gap = text[a.end : n.start]
+        if len(gap) > 40 or not (_TIMES.fullmatch(gap) or _GROUPS_OF.fullmatch(gap)):
+            out.append(n)
             continue
-        kept.append(n)
-        reach = max(reach, n.end)
-    return kept
+        kind: NumberKind = a.kind if a.kind != "count" else n.kind
+        value = a.value * n.value if kind == "count" and a.value is not None and n.value is not None else None
+        if value is not None and value > MAX_COUNT:
+            value, kind = None, "out_of_range"
+        out[-1] = Number(a.start, n.end, value, kind, a.word or n.word)
+    return out
 
 
 def _digit_mentions(text: str, marks: dict[int, str | None]) -> list[Number]:
