@@ -44,6 +44,7 @@ from typing import Any
 
 from countgym.envs.numbers import (
     MAX_COUNT,
+    NONE_SPAN,
     Number,
     NumberKind,
     parse_count,
@@ -147,6 +148,11 @@ _QUESTION_OBJECT = re.compile(
     r"\b(?:how\s+many|count\s+the|total\s+number\s+of)\s+(?:([a-z]+)\s+)?([a-z]+)s\b", re.IGNORECASE
 )
 _NONE_REPLY = re.compile(r"\W*(?:there\s+are\s+|i\s+see\s+)?none(?:\s+at\s+all)?\W*", re.IGNORECASE)
+_SENTENCE_END = re.compile(r"[.,;!?\n]")
+_LABEL_BEFORE = re.compile(
+    r"(?:^|[^\w \t])[ \t]*((?:[A-Za-z]+[ \t]+){0,2}[A-Za-z]+)[ \t]*(?:[:=\u2013\u2014]|[ \t]-)[ \t]*$"
+)
+"""A label that names what the number after it counts (``Red cubes: 12``), at a sentence start."""
 _SEPARATOR = re.compile(r"^\s*(?:,|/|or|and|,\s*or|,\s*and)?\s*$", re.IGNORECASE)
 
 
@@ -195,6 +201,9 @@ def extract_count(
     if lines:
         line = lines[-1]
         mentions = _mentions(body, options, target, span=line.span(1))
+        if not mentions and NONE_SPAN.fullmatch(body, *line.span(1)):
+            return _decide_plain([_Mention(Number(*line.span(1), 0, "count", True))], options,
+                                 where="answer line", empty="")
         return _decide_plain(mentions, options, where="answer line", empty="answer line without a number")
     mentions = _mentions(body, options, target)
     live = [m for m in mentions if not m.ignored]
@@ -260,7 +269,11 @@ def _mentions(
             continue  # "1. ..." at a line start
         before = text[max(0, n.start - _WINDOW) : n.start]
         after = text[n.end : n.end + _WINDOW]
-        noun = _noun_of(after, target)
+        noun = _noun_of(_SENTENCE_END.split(after, 1)[0], target)
+        if noun == "none":
+            label = _LABEL_BEFORE.search(before)
+            if label is not None:  # "Red cubes: 12", "blue spheres - 3"
+                noun = _noun_of(label.group(1), target)
         tail = before.rstrip(" \t")[-1:]
         ignored = bool(
             (tail.isalpha() or tail in ("#", "=", ".", ":")) and tail != "" and _INDEX_BEFORE.search(before[-16:])
@@ -364,6 +377,11 @@ def _decide_plain(
     live = [m for m in mentions if not m.ignored]
     if not live:
         return ExtractResult(None, empty or f"no number in the {where}")
+    # A negated number ("12 red cubes, not 13") is never the answer.
+    stated = [m for m in live if m.number.kind != "negated"]
+    if not stated:
+        return ExtractResult(None, f"not a count in the {where} (negated)")
+    live = stated
     bad = [m.number.kind for m in live if m.number.kind != "count"]
     if bad:
         return ExtractResult(None, f"not a count in the {where} ({bad[0].replace('_', ' ')})")

@@ -131,7 +131,7 @@ _SUP = "\u00b2\u00b3\u00b9\u2070\u2074-\u2079\u207a\u207b"
 
 # What may follow a digit run (tried in this order at its end).
 _DIGITS_AFTER = re.compile(
-    rf"(?P<exponent>[eE][-+\u2212]?\d+|(?:\^|\*\*)[ \t]*[-+\u2212]?\d+|[{_SUP}]+"
+    rf"(?P<exponent>\.?[eE][-+\u2212]?\d+|(?:\^|\*\*)[ \t]*[-+\u2212]?\d+|[{_SUP}]+"
     rf"|[ \t]*[xX\u00d7*\u00b7\u22c5][ \t]*10(?:(?:\^|\*\*)[ \t]*[-+\u2212]?\d+|[{_SUP}]+))"
     r"|(?P<glued>[^\W\d])"
     r"|(?P<fraction>[/\u2044\u2215][ \t]*\d+|[\u00bc-\u00be\u2150-\u215e])"
@@ -140,7 +140,7 @@ _DIGITS_AFTER = re.compile(
     re.IGNORECASE,
 )
 _DIGITS_AFTER_START = frozenset(
-    " \t^*/\u2044\u2215%\u066a\u2030\u2031\uff05\u00d7\u00b7\u22c5_\u00b2\u00b3\u00b9\u2070\u2074\u2075\u2076\u2077"
+    " \t.^*/\u2044\u2215%\u066a\u2030\u2031\uff05\u00d7\u00b7\u22c5_\u00b2\u00b3\u00b9\u2070\u2074\u2075\u2076\u2077"
     "\u2078\u2079\u207a\u207b\u00bc\u00bd\u00be" + "".join(chr(c) for c in range(0x2150, 0x215F))
 )
 """Characters a match of ``_DIGITS_AFTER`` can start with, besides letters (a cheap pre-test)."""
@@ -256,6 +256,8 @@ def _digit_mentions(text: str, marks: dict[int, str | None]) -> list[Number]:
             out.append(Number(s, e, None, "hex"))
             continue
         value, kind = _classify_digits(m.group("body"))
+        if s > 0 and text[s - 1] in ".,\u066b" and (s < 2 or text[s - 2] not in ".\u2026"):
+            kind, value = "decimal", None  # ".7", ",7": a decimal fraction without its zero
         nxt = text[e : e + 1]
         after = _DIGITS_AFTER.match(text, e) if nxt and (nxt.isalpha() or nxt in _DIGITS_AFTER_START) else None
         if after is not None:

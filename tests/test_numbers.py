@@ -62,7 +62,7 @@ ISSUE_EXAMPLES: list[tuple[str, int | None]] = [
     ("about 12", None),
     ("~12", None),
     ("12 or so", None),
-    ("a dozen", None),
+    ("a dozen", 12),
     ("7.5", None),
     ("1e20", None),
     ("0x10", None),
