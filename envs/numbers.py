@@ -10,18 +10,28 @@ arms and the audit's ``--parser`` / judge results.
 - in digits of **one** script: any Unicode decimal digits (``12``, ``١٢``, ``１２``, ``१२``), never
   mixed (``1٣`` is no count); thousands grouped with commas in proper 3-digit groups are read
   (``1,000``, ``12,345``); a leading ``+`` and leading zeros are allowed;
-- in digits followed by a scale word: ``2 thousand`` (2000), ``3 hundred``, ``1 million``;
+- in digits or words followed by a multiplier word (``MULTIPLIERS``), multiplied out exactly:
+  ``2 thousand`` and ``2 thousands`` (2000), ``3 hundred``, ``1 million``, ``two dozen`` (24),
+  ``a dozen``, ``3 score`` (60), ``a gross`` (144); a product above ``MAX_COUNT`` is out of range
+  (``1 billion``, ``a googol``); ``lakh`` and ``crore`` are refused (kind ``scale``), as the
+  Indian digit grouping ``1,00,000`` is; ``half a dozen`` is a fraction; bare ``dozens`` is no
+  number;
 - in English number words up to a million, with or without ``and``, hyphenated or not:
   ``zero`` ... ``nineteen``, ``twenty-one``, ``twenty one``, ``a hundred``,
   ``one hundred and five``, ``fifteen hundred``, ``two thousand three hundred forty-five``,
-  ``a million``. ``dozen`` is not a number word (``a dozen`` / ``dozens`` are colloquially
-  approximate; no prompt asks for them).
+  ``a million``;
+- as a written product, read as one mention of its value: ``3 x 4``, ``3 times 4``,
+  ``4 rows of 3`` (12), so that a factor is never taken for the count;
+- inside markdown emphasis (``**12**``, ``__12__``, ``_twelve_``); an answer span that is only
+  ``none`` is 0.
 
 **Not a count** (a number mention of another kind; the reply states no count with it):
 ``negative`` (``-1``, ``–1``, ``−1``, ``－1``, ``﹣1``, ``(-1)``, ``- 1`` after ``:`` ``=`` ``(`` or
-alone on a line, ``minus 1``, ``negative two``); ``decimal`` (``7.5``, ``2 and a half``);
+alone on a line, ``minus 1``, ``negative two``); ``decimal`` (``7.5``, ``.7``, ``2 and a half``);
+``negated`` (``not 12``, ``never 12``, ``not exactly 12``: set aside when the span states
+another count, ``12, not 13``; no answer alone); ``scale`` (``lakh``, ``crore``);
 ``separator`` (ambiguous grouping: ``7,5``, ``1,00``, ``1 000``, ``1'000``, ``1.000.000``);
-``exponent`` (``1e20``, ``10^2``, ``10**2``, ``10²``, ``1×10^3``); ``hex`` (``0x10``);
+``exponent`` (``1e20``, ``7.e5``, ``10^2``, ``10**2``, ``10²``, ``1×10^3``); ``hex`` (``0x10``);
 ``fraction`` (``3/4``, ``3½``); ``percent`` (``50%``); ``bound`` (``at least 5``, ``5+``,
 ``over 10``, ``more than``, ``fewer than``, ``up to``, ``≥5``, ``5 or more``); ``approximate``
 (``about 12``, ``around``, ``approximately``, ``roughly``, ``nearly``, ``almost``, ``circa``,
@@ -32,8 +42,9 @@ Digits glued to letters (``3D``, ``10s``, ``1st``, ``x1080``) and ordinals (``tw
 not number mentions at all.
 
 **An answer span** (the rest of an ``ANSWER:`` line, a JSON ``count`` string) states a count when
-every number mention in it is a count and they all have the same value: ranges (``3-4``,
-``3 to 4``), alternatives (``3 or 4``) and two numbers (``2 thousand 5``) are no answer.
+every number mention in it, negated ones set aside, is a count and they all have the same
+value: ranges (``3-4``, ``3 to 4``), alternatives (``3 or 4``) and two numbers (``2 thousand 5``)
+are no answer. A JSON ``count`` string reads as such a span does.
 
 Every function is linear in the length of its text and never raises on a string.
 """
