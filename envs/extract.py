@@ -148,11 +148,12 @@ _QUESTION_OBJECT = re.compile(
     r"\b(?:how\s+many|count\s+the|total\s+number\s+of)\s+(?:([a-z]+)\s+)?([a-z]+)s\b", re.IGNORECASE
 )
 _NONE_REPLY = re.compile(r"\W*(?:there\s+are\s+|i\s+see\s+)?none(?:\s+at\s+all)?\W*", re.IGNORECASE)
+_EQUALS = re.compile(r"[ \t]*(?:=|equals|is)[ \t]*", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"[.,;!?\n]")
 _LABEL_BEFORE = re.compile(
-    r"(?:^|[^\w \t])[ \t]*((?:[A-Za-z]+[ \t]+){0,2}[A-Za-z]+)[ \t]*(?:[:=\u2013\u2014]|[ \t]-)[ \t]*$"
+    r"((?:[A-Za-z]+[ \t]+){0,2}[A-Za-z]+)[ \t]*(?:[:=\u2013\u2014]|[ \t]-)[ \t]*$"
 )
-"""A label that names what the number after it counts (``Red cubes: 12``), at a sentence start."""
+"""A label that names what the number after it counts (``Red cubes: 12``, ``count of red cubes = 12``)."""
 _SEPARATOR = re.compile(r"^\s*(?:,|/|or|and|,\s*or|,\s*and)?\s*$", re.IGNORECASE)
 
 
@@ -211,7 +212,15 @@ def extract_count(
     if live and live[-1].conclusion and live[-1].noun in ("target", "none"):
         totals.append(live[-1])  # the reply ends on a conclusion: "..., so 24."
     if totals:
-        return _decide_plain([totals[-1]], options, where="total phrase", empty="")
+        last = totals[-1]
+        i = next(k for k, m in enumerate(live) if m is last)
+        left = live[i - 1].number if i > 0 else None
+        if (
+            left is not None and left.product and left.value != last.value
+            and _EQUALS.fullmatch(body, left.end, last.number.start)
+        ):
+            return ExtractResult(None, f"a product ({left.value}) and its stated result ({last.value}) disagree")
+        return _decide_plain([last], options, where="total phrase", empty="")
     bound = [m for m in live if m.noun == "target"]
     if bound:
         # Per-frame tallies that leave the noun out count the same object.

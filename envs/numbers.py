@@ -211,6 +211,8 @@ class Number:
     kind: NumberKind
     word: bool = False
     """Written in words."""
+    product: bool = False
+    """A written product (``3 x 4``), its value the product's."""
 
 
 # =========================================================================== scanning
@@ -251,7 +253,7 @@ def _products(text: str, found: list[Number]) -> list[Number]:
         value = a.value * n.value if kind == "count" and a.value is not None and n.value is not None else None
         if value is not None and value > MAX_COUNT:
             value, kind = None, "out_of_range"
-        out[-1] = Number(a.start, n.end, value, kind, a.word or n.word)
+        out[-1] = Number(a.start, n.end, value, kind, a.word or n.word, product=True)
     return out
 
 

@@ -141,6 +141,9 @@ def readers(tiny_dataset: Dataset, video_ds: Dataset, cf_ds: Dataset) -> dict[st
     native = CountImageEnv(tiny_dataset, tools=("tag",), budget=2, protocol="native")
     video, cf = CountVideoEnv(video_ds), CounterCountEnv(cf_ds)
     q = "How many red cubes are in this video?"
+    image_scorer = _inspect_scorer("countgym/DotArrays-v0", tiny_dataset, "direct")
+    video_scorer = _inspect_scorer("countgym/CountVideo-v0", video_ds, "video-p1")
+    cf_scorer = _inspect_scorer("countgym/CounterCount-v0", cf_ds, "cf-mcq")
     return {
         "image direct ANSWER line": lambda t: _step_answer(direct, f"I counted them.\nANSWER: {t}"),
         "image tool loop ANSWER line": lambda t: _step_answer(loop, f"ANSWER: {t}"),
@@ -149,9 +152,9 @@ def readers(tiny_dataset: Dataset, video_ds: Dataset, cf_ds: Dataset) -> dict[st
         "image native call, arguments as object": lambda t: _step_answer(native, _native({"count": t})),
         "video env": lambda t: _step_answer(video, f"ANSWER: {t}"),
         "CounterCount env": lambda t: _step_answer(cf, f"ANSWER: {t}"),
-        "Inspect scorer, image": _inspect_scorer("countgym/DotArrays-v0", tiny_dataset, "direct"),
-        "Inspect scorer, video": _inspect_scorer("countgym/CountVideo-v0", video_ds, "video-p1"),
-        "Inspect scorer, CounterCount": _inspect_scorer("countgym/CounterCount-v0", cf_ds, "cf-mcq"),
+        "Inspect scorer, image": lambda t: image_scorer(f"ANSWER: {t}"),
+        "Inspect scorer, video": lambda t: video_scorer(f"ANSWER: {t}"),
+        "Inspect scorer, CounterCount": lambda t: cf_scorer(f"ANSWER: {t}"),
         "video rules, free text": lambda t: extract_count(t, question=q, target=Target("cube", "red")).value,
         "CounterCount rules, free text": lambda t: cf_extract(t).value,
         "scripted arm": lambda t: parse_announced(f"ANSWER: {t}"),
@@ -209,6 +212,8 @@ VIDEO: list[tuple[str, Target | None, int | None]] = [
     ("There are 4 rows of 3 red cubes.", RED, 12),
     ("4 rows of 3", RED, 12),
     ("I see 3 x 4 red cubes, so 12.", RED, 12),
+    ("3 x 4 = 13", RED, None),
+    ("10 + 14 = 24", RED, 24),
     ("The cubes form a 3 x 4 grid; I count 11 red cubes.", RED, 11),
     # negations
     ("There are 12 red cubes, not 13.", RED, 12),
