@@ -148,6 +148,7 @@ _QUESTION_OBJECT = re.compile(
     r"\b(?:how\s+many|count\s+the|total\s+number\s+of)\s+(?:([a-z]+)\s+)?([a-z]+)s\b", re.IGNORECASE
 )
 _NONE_REPLY = re.compile(r"\W*(?:there\s+are\s+|i\s+see\s+)?none(?:\s+at\s+all)?\W*", re.IGNORECASE)
+_LABEL_ENDS = frozenset(":=-\u2013\u2014")
 _EQUALS = re.compile(r"[ \t]*(?:=|equals|is)[ \t]*", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"[.,;!?\n]")
 _LABEL_BEFORE = re.compile(
@@ -279,7 +280,7 @@ def _mentions(
         before = text[max(0, n.start - _WINDOW) : n.start]
         after = text[n.end : n.end + _WINDOW]
         noun = _noun_of(_SENTENCE_END.split(after, 1)[0], target)
-        if noun == "none":
+        if noun == "none" and before.rstrip(" \t")[-1:] in _LABEL_ENDS:
             label = _LABEL_BEFORE.search(before)
             if label is not None:  # "Red cubes: 12", "blue spheres - 3"
                 noun = _noun_of(label.group(1), target)

@@ -245,8 +245,8 @@ def _products(text: str, found: list[Number]) -> list[Number]:
     out = [found[0]]
     for n in found[1:]:
         a = out[-1]
-        gap = text[a.end : n.start]
-        if len(gap) > 40 or not (_TIMES.fullmatch(gap) or _GROUPS_OF.fullmatch(gap)):
+        gap = text[a.end : n.start] if n.start - a.end <= 40 else ""
+        if not gap.strip(" \t") or not (_TIMES.fullmatch(gap) or _GROUPS_OF.fullmatch(gap)):
             out.append(n)
             continue
         kind: NumberKind = a.kind if a.kind != "count" else n.kind
