@@ -12,6 +12,7 @@ audit's parser/judge reading. Every reader must give the table's value. Then the
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 from collections.abc import Callable
 from types import SimpleNamespace
@@ -119,7 +120,6 @@ def _native(arguments: Any) -> Reply:
 
 def _inspect_scorer(env_id: str, dataset: Dataset, arm: str) -> Callable[[str], int | None]:
     """The Inspect scorer's reading of a reply another solver gave (stepping the environment)."""
-    pytest.importorskip("inspect_ai")
     from countgym.integrations.inspect import audit_scorer
 
     sid = dataset.ids()[0]
@@ -141,10 +141,7 @@ def readers(tiny_dataset: Dataset, video_ds: Dataset, cf_ds: Dataset) -> dict[st
     native = CountImageEnv(tiny_dataset, tools=("tag",), budget=2, protocol="native")
     video, cf = CountVideoEnv(video_ds), CounterCountEnv(cf_ds)
     q = "How many red cubes are in this video?"
-    image_scorer = _inspect_scorer("countgym/DotArrays-v0", tiny_dataset, "direct")
-    video_scorer = _inspect_scorer("countgym/CountVideo-v0", video_ds, "video-p1")
-    cf_scorer = _inspect_scorer("countgym/CounterCount-v0", cf_ds, "cf-mcq")
-    return {
+    out: dict[str, Callable[[str], int | None]] = {
         "image direct ANSWER line": lambda t: _step_answer(direct, f"I counted them.\nANSWER: {t}"),
         "image tool loop ANSWER line": lambda t: _step_answer(loop, f"ANSWER: {t}"),
         "image JSON answer": lambda t: _step_answer(loop, json.dumps({"tool": "answer", "count": t})),
@@ -152,9 +149,6 @@ def readers(tiny_dataset: Dataset, video_ds: Dataset, cf_ds: Dataset) -> dict[st
         "image native call, arguments as object": lambda t: _step_answer(native, _native({"count": t})),
         "video env": lambda t: _step_answer(video, f"ANSWER: {t}"),
         "CounterCount env": lambda t: _step_answer(cf, f"ANSWER: {t}"),
-        "Inspect scorer, image": lambda t: image_scorer(f"ANSWER: {t}"),
-        "Inspect scorer, video": lambda t: video_scorer(f"ANSWER: {t}"),
-        "Inspect scorer, CounterCount": lambda t: cf_scorer(f"ANSWER: {t}"),
         "video rules, free text": lambda t: extract_count(t, question=q, target=Target("cube", "red")).value,
         "CounterCount rules, free text": lambda t: cf_extract(t).value,
         "scripted arm": lambda t: parse_announced(f"ANSWER: {t}"),
@@ -163,9 +157,17 @@ def readers(tiny_dataset: Dataset, video_ds: Dataset, cf_ds: Dataset) -> dict[st
         "answer span": lambda t: read_count(t)[0],
         "count value": lambda t: parse_count(t)[0],
     }
+    if importlib.util.find_spec("inspect_ai") is not None:  # the ``inspect`` extra
+        for name, env_id, ds, arm in (("image", "countgym/DotArrays-v0", tiny_dataset, "direct"),
+                                      ("video", "countgym/CountVideo-v0", video_ds, "video-p1"),
+                                      ("CounterCount", "countgym/CounterCount-v0", cf_ds, "cf-mcq")):
+            scorer = _inspect_scorer(env_id, ds, arm)
+            out[f"Inspect scorer, {name}"] = lambda t, scorer=scorer: scorer(f"ANSWER: {t}")  # type: ignore[misc]
+    return out
 
 
 def test_every_reader_reads_the_table_alike(readers: dict[str, Callable[[str], int | None]]) -> None:
+    assert importlib.util.find_spec("inspect_ai") is None or "Inspect scorer, video" in readers
     wrong = [
         f"{name}: {text!r} -> {got!r}, expected {expected!r}"
         for text, expected in TABLE
@@ -270,13 +272,18 @@ def test_native_arguments_as_an_object_are_read(tiny_dataset: Dataset) -> None:
     assert terminated and reward == 1.0 and env.episode_record().answer == 2
 
 
-def test_direct_transport_keeps_object_arguments() -> None:
+def test_backend_keeps_object_arguments() -> None:
     from countgym.agents.backends.litellm_backend import _tool_calls_of
-    from countgym.agents.backends.openai_direct import parse_reply
+
+    # A reply body parsed into attribute objects (as the direct transport does), its arguments
+    # sent as a JSON object: they were dropped (serialised as "").
+    def obj(x: Any) -> Any:
+        if isinstance(x, dict):
+            return SimpleNamespace(**{k: obj(v) for k, v in x.items()})
+        return [obj(v) for v in x] if isinstance(x, list) else x
 
     call = {"id": "c1", "type": "function", "function": {"name": "answer", "arguments": {"count": 12, "n": {"k": [1]}}}}
-    body = {"choices": [{"message": {"role": "assistant", "content": None, "tool_calls": [call]}}]}
-    msg = parse_reply(json.dumps(body).encode()).choices[0].message
+    msg = obj({"role": "assistant", "content": None, "tool_calls": [call]})
     [out] = _tool_calls_of(msg) or [None]
     assert out is not None and json.loads(out["function"]["arguments"]) == {"count": 12, "n": {"k": [1]}}
     assert call_to_action(out) == {"count": 12, "n": {"k": [1]}, "tool": "answer"}
