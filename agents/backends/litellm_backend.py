@@ -774,6 +774,14 @@ async def _with_body_limit(coro: Any, limit: int) -> Any:
     return await coro
 
 
+def _as_data(obj: Any) -> Any:
+    """A parsed JSON object given as an attribute object, as its fields (for ``json.dumps``)."""
+    fields = getattr(obj, "__dict__", None)
+    if not isinstance(fields, dict):
+        raise TypeError(f"{type(obj).__name__} is not JSON data")
+    return {k: v for k, v in fields.items() if not k.startswith("_")}
+
+
 def _tool_calls_of(msg: Any) -> list[dict[str, Any]] | None:
     """The message's native tool calls in OpenAI form (plain dicts), or None."""
     calls = getattr(msg, "tool_calls", None) or []
@@ -790,7 +798,8 @@ def _tool_calls_of(msg: Any) -> list[dict[str, Any]] | None:
         get = (lambda o, k: o.get(k)) if isinstance(fn, dict) else getattr
         args = get(fn, "arguments") if fn is not None else None
         try:
-            text = args if isinstance(args, str) else json.dumps(args or {})
+            # Some providers send the arguments as a JSON object (attribute objects once parsed).
+            text = args if isinstance(args, str) else json.dumps(args or {}, default=_as_data)
         except (TypeError, ValueError, RecursionError):
             text = ""
         out.append({
