@@ -284,6 +284,15 @@ def make_cell(
     real_env = env_id or _env_of(dataset)
     check_agent_task(agent, task_of_env(real_env), real_env)
     ablations = dict(ablations or {})
+    # ``tools`` and ``budget`` may come as ablation keys (a sweep's ``ablations``) or explicitly.
+    for name, given in (("tools", tools), ("budget", budget)):
+        value = ablations.pop(name, None)
+        if value is not None and given is not None and value != given:
+            raise UserError(f"{name} given twice ({given!r} and ablation {name} = {value!r}): give it once")
+        if name == "tools":
+            tools = tools if tools is not None else value
+        else:
+            budget = budget if budget is not None else value
     thinking = ablations.get("thinking")
     env_options = cell_env_options(agent, env_class(real_env), tools=tools, budget=budget, **ablations)
     agent_options = dict(agent_options or {})

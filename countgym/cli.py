@@ -669,12 +669,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     cfg = with_overrides(load_config(args.config), out=args.out, limit=args.limit)
     if args.dry_run:
         skipped: list[Any] = []
-        cells = expand(cfg, skipped=skipped)
+        notes: list[str] = []
+        cells = expand(cfg, skipped=skipped, notes=notes)
         labels, common = describe_cells(cells)
         for cell, label in zip(cells, labels, strict=True):
             print(f"{cell.log_name()}  {label}")
         for sk in skipped:
             print(f"skipped: {sk.agent} on {sk.env} {sk.dataset} ({sk.reason})")
+        for line in notes:
+            print(line)
         print(f"{len(cells)} cell{'s' if len(cells) != 1 else ''}" + (f"; common options: {common}" if common else ""))
         sys.stdout.flush()
         # Then what the run checks before its first call (model ids, options, folders): a config

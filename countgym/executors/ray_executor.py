@@ -133,7 +133,10 @@ def run_sweep_ray(
         raise UserError(f"max_in_flight must be >= 1, got {max_in_flight}")
     ray = import_ray()
     out = Path(cfg.out)
-    cells = expand(cfg)
+    notes: list[str] = []
+    cells = expand(cfg, notes=notes)
+    for line in notes:
+        print(line)
     validate_cells(cfg, cells)  # every cell's mistakes, before any shard pays for a call
     started = ensure_ray(address=address, num_cpus=num_cpus, runtime_env=runtime_env)
     locks = ExitStack()  # the driver holds every cell's lock; shard tasks write their own files
