@@ -32,8 +32,11 @@ from countgym.cells import (
     done_in_files,
     drop_transient_errors,
     log_files_of,
+    policy_version,
     replaced_spend,
+    selection_text,
     step_spend,
+    stratified_order,
 )
 from countgym.cpu_slots import cpu_slot
 from countgym.deadlines import episode_scope
@@ -73,6 +76,14 @@ class CellResult:
     kept_errors: int = 0
     """Episodes of ``skipped`` whose kept record ended in an error (a permanent one, or any with
     ``retry_errors=False``): a resume does not run them again, ``force`` does."""
+    selection: str = ""
+    """The stimuli the cell's logs hold after the run (``cells.selection_text``): ``all 272``,
+    ``first 6 of the stratified order (of 272)``; more than this run asked for when an earlier
+    run had a larger ``--limit``."""
+    asked: int = 0
+    """Stimuli this run asked for (its ``--limit`` selection, or the whole dataset)."""
+    held: int = 0
+    """Stimuli of the dataset the cell's logs hold after the run."""
 
 
 def episode_seed(base: int, stimulus_id: str, repeat: int) -> int:
@@ -208,7 +219,8 @@ def _error_record(
         dataset=spec.dataset,
         arm=ArmSpec(
             name=spec.agent,
-            options=redact({**spec.display_options(), **spec.agent_options}),
+            options=redact({**spec.display_options(), **spec.agent_options,
+                            **({"policy_version": code} if (code := policy_version(spec.agent)) else {})}),
             defaults=reference_options(spec, dataset, env_id=env_id),
         ),
         env_options=spec.display_options(),
@@ -227,7 +239,8 @@ def _error_record(
 
 def write_cell_header(path: Path, spec: CellSpec, provider: dict[str, Any] | None = None) -> None:
     """The cell's ``.cell.json``: its spec, provider parameters and version, credentials masked."""
-    header = {**asdict(spec), "provider": provider, "countgym_version": countgym.__version__}
+    header = {**asdict(spec), "policy_version": policy_version(spec.agent), "provider": provider,
+              "countgym_version": countgym.__version__}
     path.write_text(json.dumps(redact(header), indent=2, default=str))
 
 
@@ -259,6 +272,9 @@ def run_one(
         rec.dataset = spec.dataset
         rec.env = env_id
         options = {**env.options(), **spec.agent_options}
+        code = policy_version(spec.agent)
+        if code is not None:
+            options["policy_version"] = code
         provider = getattr(factory, "provider", None)
         if provider:
             options["provider"] = provider
@@ -473,6 +489,9 @@ def _run_cell_locked(
     lock = threading.Lock()
     warned: list[bool] = []
 
+    held = {sid for sid, _ in done}
+    result.asked = len(ids)
+
     def one(sid: str, r: int) -> EpisodeRecord:
         return run_one(spec, ds, factory, log.stem, sid, r, env_id)
 
@@ -482,6 +501,7 @@ def _run_cell_locked(
     def record(rec: EpisodeRecord) -> None:
         with lock:
             writer.append(rec)
+            held.add(rec.stimulus_id)
             result.ran += 1
             cost, _calls, unknown = step_spend(rec.steps)
             result.cost += cost
@@ -512,4 +532,13 @@ def _run_cell_locked(
     finally:
         bar.close()
         writer.close()
+    result.selection = cell_selection(ds, held)
+    result.held = len(held & set(ds.ids()))
     return result
+
+
+def cell_selection(ds: Any, held: set[str]) -> str:
+    """What a cell's logs hold of its dataset, in words (``cells.selection_text``)."""
+    stimuli = getattr(ds, "stimuli", None)
+    order = stratified_order(stimuli) if stimuli is not None else [[i] for i in ds.ids()]
+    return selection_text(held, order)
