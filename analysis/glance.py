@@ -226,6 +226,30 @@ def _numeric_width(head: Sequence[str], rows: list[list[str]], n_names: int) -> 
     return sum(max(len(x) for x in col) + 2 for col in cols)
 
 
+def _selection_lines(g: Glance) -> list[str]:
+    """Which stimuli the rows hold, when some row holds less than its whole dataset (``--limit``)."""
+    from .summary import primary_rows
+
+    s = primary_rows(g.summary)
+    if "selection" not in s.columns:
+        return []
+    found = [str(v) for v in s["selection"].tolist() if isinstance(v, str) and v]
+    if not found or all(v.startswith("all ") for v in found):
+        return []
+    counts: dict[str, int] = {}
+    for v in found:
+        counts[v] = counts.get(v, 0) + 1
+    parts = [f"{v} ({k} row{'s' if k != 1 else ''})" if len(counts) > 1 else v for v, k in counts.items()]
+    return _wrap("stimuli: " + "; ".join(parts))
+
+
+def _wrap(text: str) -> list[str]:
+    """``text`` in lines of at most ``WIDTH`` characters (continuations indented)."""
+    import textwrap
+
+    return textwrap.wrap(text, WIDTH, subsequent_indent="  ", break_on_hyphens=False)
+
+
 def render(g: Glance, *, where: str) -> str:
     """The table as text (every line at most ``WIDTH`` characters), ending with ``where``: the
     line that says where the full tables are."""
@@ -236,5 +260,6 @@ def render(g: Glance, *, where: str) -> str:
         if simulated:  # every table says so, as the report does
             lines.append("SIMULATED: answered by a simulated model (--simulate), not a real model")
         lines.extend(s)
+    lines.extend(_selection_lines(g))
     lines.append(where)
     return "\n".join(lines) + "\n"
