@@ -244,6 +244,30 @@ def write_cell_header(path: Path, spec: CellSpec, provider: dict[str, Any] | Non
     path.write_text(json.dumps(redact(header), indent=2, default=str))
 
 
+def _note_other_versions(out: Path, log: Path, spec: CellSpec) -> None:
+    """One warning when a plug-in policy starts a new cell beside cells of another version of its
+    code (an edited policy is a new cell, never a mix in one log)."""
+    import glob
+
+    code = policy_version(spec.agent)
+    if code is None:
+        return
+    prefix = log.name.rsplit("__", 1)[0] + "__"
+    others = []
+    for f in sorted(out.glob(glob.escape(prefix) + "*.cell.json")):
+        try:
+            old = json.loads(f.read_text()).get("policy_version")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if old and old != code:
+            others.append((f.name.removesuffix(".cell.json") + ".jsonl", old))
+    if others:
+        name, old = others[-1]
+        more = f" (and {len(others) - 1} more)" if len(others) > 1 else ""
+        warnings.warn(f"{spec.agent}: its code changed ({old} -> {code}), so this is a new cell beside "
+                      f"{name}{more}; each log holds one version, the audit labels them apart", stacklevel=2)
+
+
 def done_episodes(
     log: Path, errored: set[tuple[str, int]] | None = None
 ) -> tuple[set[tuple[str, int]], float]:
@@ -476,7 +500,10 @@ def _run_cell_locked(
     """``run_cell`` once the cell's lock is held: clear (``force``), resume, run, append."""
     if force:
         clear_log(log)
-    write_cell_header(out / (log.stem + ".cell.json"), spec, getattr(factory, "provider", None))
+    header = out / (log.stem + ".cell.json")
+    if not header.exists():
+        _note_other_versions(out, log, spec)
+    write_cell_header(header, spec, getattr(factory, "provider", None))
     writer = LogWriter(log)
     retried = drop_transient_errors(log_files_of(log)) if retry_errors else 0
     errored: set[tuple[str, int]] = set()

@@ -108,7 +108,8 @@ def test_edited_plugin_is_a_new_cell(levels_dataset: Dataset, plugin: Path, tmp_
     _write_policy(plugin, 7)
     _reload()
     assert policy_version("editedpol:P") not in (None, before)
-    assert _run(levels_dataset.root, out, "--limit", "6") == 0
+    with pytest.warns(UserWarning, match=r"editedpol:P: its code changed \(src:\w+ -> src:\w+\), so this is a new cell"):
+        assert _run(levels_dataset.root, out, "--limit", "6") == 0
     logs = sorted(out.glob("*.jsonl"))
     assert len(logs) == 2  # a new cell: the old log is not extended by the new code
     answers = sorted({r.answer for r in read_records([log])} for log in logs)
