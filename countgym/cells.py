@@ -113,14 +113,16 @@ class CellSpec:
         return f"{_slug(dataset_label(self.dataset))}__{_slug(self.agent)}__{_slug(model)}__{self.key()}.jsonl"
 
 
-_SOURCE_HASHES: dict[tuple[str, int, int], str] = {}
+_SOURCE_HASHES: dict[str, tuple[Any, str]] = {}
+"""Module name -> (the module object, the hash of its source file when it was first asked for)."""
 
 
 def policy_version(agent: str) -> str | None:
     """The code identity of a plug-in policy (``package.module:ClassName``): the ``version`` its
-    class declares (``v:<version>``), else a hash of its module's source file (``src:<hash>``,
-    read afresh, so an edit shows even in a running process). None for built-in agents and for
-    a module whose source cannot be read (its import error is reported where it is loaded)."""
+    class declares (``v:<version>``), else a hash of its module's source file (``src:<hash>``),
+    read once per imported module, so a process keeps the identity of the code it runs even if
+    the file is edited meanwhile. None for built-in agents and for a module whose source cannot
+    be read (its import error is reported where it is loaded)."""
     if ":" not in agent:
         return None
     import importlib.util
@@ -131,15 +133,16 @@ def policy_version(agent: str) -> str | None:
         declared = getattr(getattr(module, attr, None), "version", None)
         if isinstance(declared, str | int | float) and not isinstance(declared, bool):
             return f"v:{declared}"
+        memo = _SOURCE_HASHES.get(module_name)
+        if memo is not None and memo[0] is module:
+            return f"src:{memo[1]}"
         spec = importlib.util.find_spec(module_name)
         origin = spec.origin if spec is not None else None
         if not origin or not os.path.isfile(origin):
             return None
-        st = os.stat(origin)
-        key = (origin, st.st_mtime_ns, st.st_size)
-        if key not in _SOURCE_HASHES:
-            _SOURCE_HASHES[key] = hashlib.sha256(Path(origin).read_bytes()).hexdigest()[:12]
-        return f"src:{_SOURCE_HASHES[key]}"
+        digest = hashlib.sha256(Path(origin).read_bytes()).hexdigest()[:12]
+        _SOURCE_HASHES[module_name] = (module, digest)
+        return f"src:{digest}"
     except Exception:  # noqa: BLE001 - identity only; loading the policy reports the real problem
         return None
 
