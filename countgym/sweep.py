@@ -406,7 +406,8 @@ def _init_hints(env_id: str) -> dict[str, Any]:
     import typing
 
     try:
-        return typing.get_type_hints(env_class(env_id).__init__)
+        init = next(vars(c)["__init__"] for c in env_class(env_id).__mro__ if "__init__" in vars(c))
+        return typing.get_type_hints(init)
     except Exception:  # noqa: BLE001 - unresolvable hints: the environment checks its options itself
         return {}
 
