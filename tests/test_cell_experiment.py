@@ -77,6 +77,7 @@ def test_limit_growth_reuses_the_first_episodes(levels_dataset: Dataset, plugin:
     text = capsys.readouterr().out
     assert "3 episodes run, 3 already done" in text
     assert "the cell holds first 6 of the stratified order (of 12)" in text
+    assert "stimuli: first 6 of the stratified order (of 12)" in text  # the results table says it too
     (log,) = out.glob("*.jsonl")  # still one cell
     recs = read_records([log])
     assert [r.stimulus_id for r in recs] == limited_ids(levels_dataset.stimuli, 6)
