@@ -343,7 +343,10 @@ def expand(
                 _check_value(real, what, key, value)
                 options[key] = value
                 continue
-            if what not in dropped:
+            # An ablation key of another task's environment is silent here (documented); an
+            # axis, or a key this environment takes but the arm does not, is said once.
+            said = not what.startswith("ablation") or key in takes[real] or key == "thinking"
+            if said and what not in dropped:
                 dropped.append(what)
         if "tools" in options:
             from countgym.envs.actions import canonical_tools
