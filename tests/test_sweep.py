@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from countgym.cli import main
-from countgym.errors import UserError
 from countgym.logs import read_records
 from countgym.sweep import expand, load_config, run_sweep
 
