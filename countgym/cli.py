@@ -8,6 +8,7 @@ import os
 import select
 import sys
 import warnings
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -392,6 +393,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     kept = (f" ({res.kept_errors} of them ended in an error and are kept; --force runs the cell afresh)"
             if res.kept_errors else "")
     msg = f"{res.ran} episodes run{retried}, {res.skipped} already done{kept}, {res.errors} errors -> {res.log}"
+    if res.selection:
+        msg += f"\n{selection_line(res, spec.limit)}"
     if res.stopped_by_cost:
         msg += f" (stopped at the spend cap: ${res.cost:.4f})"
     if res.unknown_cost_calls:
@@ -408,6 +411,17 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     _print_glance(log_files_of(res.log), Path(args.out))
     return 0
+
+
+def selection_line(res: Any, limit: int | None) -> str:
+    """Which stimuli a cell holds after a run, and how that relates to what the run asked for."""
+    line = f"the cell holds {res.selection}"
+    if "not a prefix" in res.selection:
+        return line + " (written under an older --limit rule; --force starts the cell afresh)"
+    if res.held > res.asked:
+        line += (f": more than this run's --limit {limit} (its first {res.asked}), from an earlier run;"
+                 " the table shows all it holds")
+    return line
 
 
 def _print_glance(files: Sequence[Path], out: Path) -> None:
@@ -719,12 +733,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     cfg = with_overrides(load_config(args.config), out=args.out, limit=args.limit)
     if args.dry_run:
         skipped: list[Any] = []
-        cells = expand(cfg, skipped=skipped)
+        notes: list[str] = []
+        cells = expand(cfg, skipped=skipped, notes=notes)
         labels, common = describe_cells(cells)
         for cell, label in zip(cells, labels, strict=True):
             print(f"{cell.log_name()}  {label}")
         for sk in skipped:
             print(f"skipped: {sk.agent} on {sk.env} {sk.dataset} ({sk.reason})")
+        for line in notes:
+            print(line)
         print(f"{len(cells)} cell{'s' if len(cells) != 1 else ''}" + (f"; common options: {common}" if common else ""))
         sys.stdout.flush()
         # Then what the run checks before its first call (model ids, options, folders): a config
@@ -753,6 +770,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     unknown = sum(r.unknown_cost_calls for r in results)
     unknown_note = f" (+ {unknown} model calls of unknown cost)" if unknown else ""
     print(f"{len(results)} cells, {ran} episodes run, {errors} errors, ${cost:.4f} recorded{unknown_note} -> {cfg.out}")
+    held = Counter(r.selection for r in results if r.selection)
+    if held:
+        print("cells hold: " + "; ".join(f"{text} ({k} cell{'s' if k != 1 else ''})" for text, k in held.items()))
     from countgym.cells import log_files_of
 
     _print_glance([f for r in results for f in log_files_of(r.log)], Path(cfg.out))

@@ -122,7 +122,10 @@ def rehearse(
         for i, (f, cfg) in enumerate(plans, 1):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # --limit notices, one per cell: said once above
-                cells = expand(cfg)
+                notes: list[str] = []
+                cells = expand(cfg, notes=notes)
+            for line in notes:
+                _say(f"  {line}")
             run_dir = Path(cfg.out)
             if run_dir not in result.run_dirs:
                 result.run_dirs.append(run_dir)
