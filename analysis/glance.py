@@ -189,6 +189,8 @@ def _image_section(g: Glance) -> list[str]:
     title = "image task (EM exact match, MAE mean abs. error, R80 counting range, + censored)"
     if audited:
         title += ";\n  on-tgt, dup, phant, omit: tag audit per 100 ground-truth objects"
+        if "audit_note" in s.columns and (s["audit_note"].astype(str) == "arm cannot point").any():
+            title += " ('-': arm cannot point)"
     title += ":"
     return [*title.split("\n"), *_table(head, rows, 3)]
 

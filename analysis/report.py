@@ -278,6 +278,7 @@ def summary_section(summary: pd.DataFrame) -> str:
             "revision = share of tagging trajectories with a second tag call.</p>"
             + html_table(audited, _present(SUMMARY_KEYS + SUMMARY_AUDIT, audited), table_id="summary-audit-table")
         )
+    audit += _no_pointing_note(summary)
     return (
         '<section id="summary"><h2>Summary</h2>'
         "<p class=\"note\">One row per dataset, arm and model; a dataset holding several "
@@ -286,6 +287,24 @@ def summary_section(summary: pd.DataFrame) -> str:
         "wrong); MAE over answered items; R80 = counting range fitted on the main battery only "
         "(≥: right-censored, still at or above 80 % at the largest n); |S| = support size, "
         "PP = prediction perplexity 2^H.</p>" + counting + audit + "</section>"
+    )
+
+
+def _no_pointing_note(summary: pd.DataFrame) -> str:
+    """The footnote naming the arms left out of the point-level audit because they cannot point."""
+    from .audit import NO_POINTING
+
+    if "audit_note" not in summary.columns or "arm" not in summary.columns:
+        return ""
+    rows = summary[summary["audit_note"].astype(str) == NO_POINTING]
+    if rows.empty:
+        return ""
+    arms = ", ".join(sorted({str(a) for a in rows["arm"]}))
+    return (
+        f'<p class="note" id="summary-no-pointing">Not in the point-level audit, {NO_POINTING} (the tool '
+        "set its log records offers no tag, or the prompt asks for a number only): on-target, "
+        "duplicate, phantom, omission, cardinality consistency, pointing error and revision are "
+        f"empty for these arms (audit_note in episodes.csv and summary.csv), not 0 or 100: {esc(arms)}.</p>"
     )
 
 

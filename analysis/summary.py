@@ -13,6 +13,9 @@ one row per group and level of a key (by default the true count n).
   (thousandths of the shorter side); every audited episode is one image trajectory.
 - Revision rate is the share of trajectories with a second tag call among those with at least
   one tag call.
+- Point-level columns (audit rates, cardinality consistency, pointing error, revision, tau)
+  are empty (NaN) for a group none of whose episodes was audited; ``audit_note`` says why
+  (``arm cannot point`` for arms whose logged tool set offers no ``tag``: ``audit.arm_points``).
 - R80 (``counting_range``): the counting range with its bootstrap CI (images resampled within
   each level) and its right-censoring flag, fitted on the main battery only
   (``r80.curve_rows``); ``n_levels`` is the number of tested counts of that curve.
@@ -73,7 +76,7 @@ def summary_columns(
         *by, *(["set", "scope"] if "set" not in by else ["scope"]),
         *(k for k in OPTION_COLUMNS if k not in by), *_COUNTING_COLUMNS, *_RANGE_COLUMNS, "n_audited", "n_objects",
         *(f"{lab}_per100" for lab in AUDIT_LABELS),
-        "cardinality_consistency", "pointing_error", "revision_rate", "tau_median", *sens,
+        "cardinality_consistency", "pointing_error", "revision_rate", "tau_median", *sens, "audit_note",
     ]  # fmt: skip
 
 
@@ -194,14 +197,31 @@ def _audit_row(g: pd.DataFrame, tau_scales: Sequence[float]) -> dict[str, Any]:
     tagging = g["tag_calls"].to_numpy() >= 1
     row["cardinality_consistency"] = _nanmean(_float(g["cardinality_consistent"]))
     row["pointing_error"] = _nanmedian(_float(a["pointing_error"]))
-    row["revision_rate"] = _nanmean(np.where(tagging, g["revised"].to_numpy(dtype=float), np.nan))
+    row["revision_rate"] = _nanmean(np.where(tagging, _float(g["revised"]), np.nan))
     row["tau_median"] = _nanmedian(_float(a["tau"]))
     for s in tau_scales:
         sfx = scale_label(s)
         for lab in AUDIT_LABELS:
             col = f"{lab}_{sfx}"
             row[f"{lab}_per100_{sfx}"] = _per100(a, col, n_objects) if col in a else float("nan")
+    row["audit_note"] = _audit_note(g, len(a))
     return row
+
+
+def _audit_note(g: pd.DataFrame, n_audited: int) -> str | None:
+    """Why a group's point-level columns are empty (``arm cannot point``, ...), or how many of
+    its episodes are left out of them; None when every episode was audited."""
+    if "audit_note" not in g.columns:
+        return None
+    notes = [v for v in g["audit_note"].tolist() if isinstance(v, str) and v]
+    if not notes:
+        return None
+    if n_audited == 0:
+        return "; ".join(sorted(set(notes)))
+    counts: dict[str, int] = {}
+    for v in notes:
+        counts[v] = counts.get(v, 0) + 1
+    return "; ".join(f"{k} ({v} episodes not audited)" for k, v in sorted(counts.items()))
 
 
 def _option_row(g: pd.DataFrame, keys: Sequence[str]) -> dict[str, Any]:
