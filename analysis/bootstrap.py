@@ -25,6 +25,8 @@ class BootstrapResult:
     high: float
     confidence: float
     n_resamples: int
+    note: str | None = None
+    """Why the interval is empty (not estimable: ``ci_reason``), or None."""
 
 
 def _check_bootstrap_args(n_resamples: int, confidence: float) -> None:
@@ -163,8 +165,8 @@ def bootstrap_ratio_ci(
     total = den.sum()
     estimate = float(num.sum() / total) if total > 0 else float("nan")
     samples = bootstrap_ratios(num[None], den[None], n_resamples=n_resamples, seed=seed)[0]
-    low, high = percentile_interval(samples, confidence)
-    return BootstrapResult(estimate, low, high, confidence, n_resamples)
+    low, high, note = estimable_interval(samples, int(np.count_nonzero(den)), confidence)
+    return BootstrapResult(estimate, low, high, confidence, n_resamples, note)
 
 
 def bootstrap_mean_ci(

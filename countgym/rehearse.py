@@ -108,7 +108,7 @@ def rehearse(
             continue
         audit_dir = run_dir.with_name(run_dir.name + "-audit")
         _say(f"auditing {run_dir} -> {audit_dir}")
-        _audit(run_dir, audit_dir, quick=scale == "quick")
+        _audit(run_dir, audit_dir, quick=scale == "quick", profiles=profiles)
         result.audit_dirs.append(audit_dir)
     _say(f"rehearsal done in {time.monotonic() - started:.0f} s: {result.cells_run} cells, {result.episodes} episodes, "
          f"{len(result.skipped)} datasets skipped ({', '.join(result.skipped) or 'none'})")
@@ -154,9 +154,10 @@ QUICK_VIEWER_EPISODES = 12
 """Episodes in a quick rehearsal's trajectory viewer (the audit's default is 40)."""
 
 
-def _audit(run_dir: Path, audit_dir: Path, *, quick: bool = False) -> None:
+def _audit(run_dir: Path, audit_dir: Path, *, quick: bool = False, profiles: Any = None) -> None:
     """What ``countgym audit RUN_DIR --out AUDIT_DIR`` does, with its defaults (the run's own
-    model as judge: the simulated replies never need one); a failure is one line, not the end.
+    model as judge: the simulated model, on a server of its own, judges the replies it hedged);
+    a failure is one line, not the end.
     ``quick``: fewer bootstrap resamples and viewer episodes (``QUICK_RESAMPLES``,
     ``QUICK_VIEWER_EPISODES``)."""
     from countgym.agents.registry import audit_hooks
@@ -165,14 +166,19 @@ def _audit(run_dir: Path, audit_dir: Path, *, quick: bool = False) -> None:
     from countgym.analysis.tables import write_audit_files
     from countgym.analysis.viewer import ViewerOptions
     from countgym.logs import find_logs
+    from countgym.simulate import SimulatedJudges
 
+    hooks = audit_hooks()
     try:
-        files = write_audit_files(
-            find_logs([run_dir]), audit_dir, judge=SAME_MODEL, parser=None, **audit_hooks(),
-            warn=lambda line: print(f"warning: {line}", file=sys.stderr), report=True,
-            viewer=ViewerOptions(max_episodes=QUICK_VIEWER_EPISODES) if quick else ViewerOptions(),
-            n_resamples=QUICK_RESAMPLES if quick else 2000,
-        )
+        with SimulatedJudges(profiles) as judges:  # the simulated model judges its own replies
+            hooks["judge_backend"] = judges.judge_backend(hooks.get("judge_backend"))
+            files = write_audit_files(
+                find_logs([run_dir]), audit_dir, judge=SAME_MODEL, parser=None, **hooks,
+                warn=lambda line: print(f"warning: {line}", file=sys.stderr), report=True,
+                viewer=ViewerOptions(max_episodes=QUICK_VIEWER_EPISODES) if quick else ViewerOptions(),
+                n_resamples=QUICK_RESAMPLES if quick else 2000,
+                command=["countgym", "audit", str(run_dir), "--out", str(audit_dir)],
+            )
     except Exception as e:  # noqa: BLE001 - one folder's audit must not end the rehearsal
         _say(f"  audit of {run_dir} failed: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}")
         return

@@ -151,10 +151,13 @@ def test_bootstrap_ci_contains_estimate_and_is_deterministic() -> None:
 
 
 def test_bootstrap_mean_ignores_nan_items_in_estimate() -> None:
-    v = np.array([1.0, np.nan, 3.0, np.nan])
+    v = np.array([1.0, np.nan, 3.0, np.nan] * 3)
     r = bootstrap_mean_ci(v, n_resamples=500, seed=0)
-    assert r.estimate == 2.0
+    assert r.estimate == 2.0 and r.note is None
     assert 1.0 <= r.low <= r.high <= 3.0
+    # Two valued items: too few for an interval, which is empty with the reason.
+    small = bootstrap_mean_ci(v[:4], n_resamples=500, seed=0)
+    assert small.estimate == 2.0 and np.isnan(small.low) and small.note == "2 items, fewer than 5"
 
 
 def test_bootstrap_chunking_does_not_change_results(monkeypatch: pytest.MonkeyPatch) -> None:

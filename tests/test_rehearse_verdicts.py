@@ -20,7 +20,7 @@ def _audit(tmp_path: Path, n_big: int, n_cf: int) -> tuple[Path, object]:
     rng = np.random.default_rng(0)
     rows = []
     for model, n_eps in (("big", n_big), ("tiny", 3)):
-        for i in range(n_eps):
+        for _ in range(n_eps):
             om = int(rng.binomial(20, 0.10)) if model == "big" else 10  # tiny: half omitted, far from 0.10
             rows.append({"model": model, "arm": "tag", "prompt": "tools", "task": "image", "audited": True,
                          "n_true": 20, "omission": om, "duplicate": 0, "phantom": 0, "pointing_error": np.nan,
