@@ -65,10 +65,13 @@ class Resolution:
         judged = self.judge_needed - self.judge_unresolved
         if self.judge_mode == "off":
             head = "off (--no-judge)"
-        elif self.judge_mode == SAME_MODEL:
-            head = "ran: each run's own model in its baseline configuration (the paper's setting, CounterCount Section 3)"
         else:
-            head = f"ran: {self.judge_mode}"
+            who = self.judge_mode
+            if who == SAME_MODEL:
+                built = [m for m in self.judge_models if m not in ("none", "each run's own model")]
+                who = ("each run's own model in its baseline configuration (the paper's setting, CounterCount "
+                       f"Section 3){': ' + ', '.join(built) if built else ''}")
+            head = f"{'ran' if judged or not self.judge_needed else 'could not run (see the notes)'}: {who}"
         text = (f"{head}; {self.judge_needed} of {self.cf_replies} CounterCount replies named several numbers "
                 f"and needed it: {judged} judged (scored as the number the judge read), "
                 f"{self.judge_unresolved} counted as no answer")
