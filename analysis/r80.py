@@ -202,7 +202,10 @@ def _r80_ci_reason(sizes: np.ndarray, b_idx: np.ndarray, lo: float, hi: float) -
         return "one image per count level: resampling within levels cannot move R80"
     if int(sizes.sum()) < MIN_CI_ITEMS:
         return ci_reason(None, int(sizes.sum()), unit="images")
-    return ci_reason(np.asarray(b_idx, dtype=float), int(sizes.sum()), lo, hi, unit="images")
+    b = np.asarray(b_idx)
+    if len(b) and (b == b[0]).all():
+        return f"every resample gives the same R80 ({lo:g})" if not np.isnan(lo) else "no resample reaches 80 %"
+    return ci_reason(None, int(sizes.sum()), lo, hi, unit="images")
 
 
 def counting_range(

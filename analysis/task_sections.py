@@ -42,6 +42,10 @@ COLUMN_LABELS: dict[str, str] = {
     "max_local_excess_value": "excess at",
     "max_local_deficit": "max deficit",
     "max_local_deficit_value": "deficit at",
+    "n_judge_needed": "needed judge",
+    "n_judged": "judged",
+    "n_unjudged": "no answer for want of judge",
+    "ci_note": "[–]: why no CI",
 }
 """Report headers of the task tables (the CSVs keep the column names)."""
 

@@ -249,6 +249,8 @@ def _verdict(
         low = high = estimate
     elif why:
         return f"too few to tell ({why})"
+    elif math.isnan(low) or math.isnan(high):
+        return "too few to tell (no interval)"
     return "recovered" if low - tol <= injected <= high + tol else "outside"
 
 
