@@ -163,7 +163,7 @@ def paired_contrasts(
                 confidence=confidence,
                 n_resamples=n_resamples,
                 ci_note=why,
-                uniform=bool(why) and why.startswith("no resample of"),
+                uniform=why is not None and why.startswith("no resample of"),
             )
         )
     return out[0], out[1]
