@@ -212,6 +212,8 @@ def _image_section(g: Glance) -> list[str]:
     title = "image task (EM exact match, MAE mean abs. error, R80 counting range, + censored)"
     if audited:
         title += ";\n  on-tgt, dup, phant, omit: tag audit per 100 ground-truth objects"
+        if "audit_note" in s.columns and (s["audit_note"].astype(str) == "arm cannot point").any():
+            title += " ('-': arm cannot point)"
     title += ":"
     return [*title.split("\n"), *_table(head, rows, 3)]
 
@@ -240,7 +242,19 @@ def _cf_section(g: Glance) -> list[str]:
                      _num(r.get("bias_rate"), ".2f")])
     rows = _name_columns(rows, _numeric_width(head, rows, 3), 3, head)
     return ["CounterCount (factual and CF accuracy; bias = CF answers equal to the canonical count):",
-            *_table(head, rows, 3)]
+            *_table(head, rows, 3), *_judge_lines(g.cf)]
+
+
+def _judge_lines(cf: pd.DataFrame) -> list[str]:
+    """Whether the judge ran on the table's replies, how many needed it and how they counted."""
+    if "n_judge_needed" not in cf.columns:
+        return []
+    total = lambda c: int(pd.to_numeric(cf[c], errors="coerce").fillna(0).sum())  # noqa: E731
+    needed, judged, left = total("n_judge_needed"), total("n_judged"), total("n_unjudged")
+    line = f"judge: {needed} replies named several numbers: {judged} judged, {left} counted as no answer"
+    if not left:
+        return [line]
+    return [line + ";", "  judge them: countgym audit RUNS --out OUT --judge same (the paper's setting)"]
 
 
 def _numeric_width(head: Sequence[str], rows: list[list[str]], n_names: int) -> int:

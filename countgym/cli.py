@@ -240,14 +240,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="episodes in the report's trajectory viewer (0: no viewer; default 40)")
     a.add_argument("--resamples", type=_positive_int, default=2000, help="bootstrap resamples (default 2000)")
     a.add_argument("--judge", default=None, metavar="MODEL",
-                   help="judge replies with several numbers with this model, or 'same' for "
-                        "each run's own model (the paper's setting) at the endpoint you name with "
-                        "--judge-option api_base=URL; cached. Default: no model calls (an endpoint named "
-                        "in a log never receives your key)")
+                   help="judge CounterCount replies with several numbers with this model, or 'same' "
+                        "(the default, the paper's setting): each run's own model in its baseline "
+                        "configuration, at the endpoint you name with --judge-option api_base=URL when "
+                        "its log names one (an endpoint named in a log never receives your key; such "
+                        "replies count as no answer, and the report gives the command that judges them); "
+                        "cached")
     a.add_argument("--judge-option", action="append", default=[], metavar="KEY=VALUE",
                    help="backend option for the judge (repeatable), e.g. api_base=...")
     a.add_argument("--no-judge", action="store_true",
-                   help="leave replies with several numbers unresolved (no judge calls; the default)")
+                   help="no judge calls: replies with several numbers count as no answer (the report "
+                        "says how many)")
     a.add_argument("--parser", default=None, metavar="MODEL",
                    help="resolve video replies the rules leave without a count with this model "
                         "parser (the paper uses Qwen2.5-7B); cached")
@@ -476,9 +479,26 @@ def same_model_judge(make: Any, options: dict[str, Any]) -> Any:
     return build
 
 
+def _write_audit(write: Any, logs: Any, args: argparse.Namespace, judge: Any, parser: Any, hooks: dict[str, Any]) -> Any:
+    """``write_audit_files`` as ``countgym audit`` calls it."""
+    from countgym.analysis.viewer import ViewerOptions
+
+    return write(
+        logs,
+        Path(args.out),
+        judge=judge,
+        parser=parser,
+        **hooks,
+        warn=lambda line: print(f"warning: {_scrub(line)}", file=sys.stderr),
+        n_resamples=args.resamples,
+        report=True,
+        viewer=ViewerOptions(max_episodes=args.viewer_episodes),
+        command=["countgym", "audit", *args.runs, "--out", str(args.out)],
+    )
+
+
 def cmd_audit(args: argparse.Namespace) -> int:
     from countgym.analysis.tables import write_audit_files
-    from countgym.analysis.viewer import ViewerOptions
     from countgym.logs import find_logs
 
     logs = find_logs(args.runs)
@@ -493,31 +513,27 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
     if args.no_judge and (args.judge or args.judge_option):
         raise UserError("--no-judge cannot be combined with --judge or --judge-option")
-    if args.judge_option and not args.judge:
-        raise UserError("--judge-option needs --judge MODEL (the default judge is the run's own model)")
     if args.parser_option and not args.parser:
         raise UserError("--parser-option needs --parser MODEL")
-    # No model is called unless the auditor asks, and never at an endpoint a log names: a shared
-    # run folder must not be able to collect the auditor's key (``same_model_judge``).
+    # The judge is the run's own model (the paper's setting), but never at an endpoint a log
+    # names: a shared run folder must not be able to collect the auditor's key
+    # (``same_model_judge``); such replies count as no answer and the report says how to judge them.
     judge: Any = None
     hooks = audit_hooks()
+    if args.judge is None and not args.no_judge:
+        args.judge = SAME_MODEL  # the paper's setting (CounterCount, Section 3)
+    from countgym.simulate import SimulatedJudges
+
+    simulated = SimulatedJudges()  # replies of a simulated model are judged by it (a local server)
     if args.judge == SAME_MODEL:
         judge = SAME_MODEL
-        hooks = {**hooks, "judge_backend": same_model_judge(hooks.get("judge_backend"), _parse_kv(args.judge_option))}
+        own = same_model_judge(hooks.get("judge_backend"), _parse_kv(args.judge_option))
+        hooks = {**hooks, "judge_backend": simulated.judge_backend(own)}
     elif args.judge:
         judge = make_backend(args.judge, **_parse_kv(args.judge_option))
     parser = make_backend(args.parser, **_parse_kv(args.parser_option)) if args.parser else None
-    files = write_audit_files(
-        logs,
-        Path(args.out),
-        judge=judge,
-        parser=parser,
-        **hooks,
-        warn=lambda line: print(f"warning: {_scrub(line)}", file=sys.stderr),
-        n_resamples=args.resamples,
-        report=True,
-        viewer=ViewerOptions(max_episodes=args.viewer_episodes),
-    )
+    with simulated:
+        files = _write_audit(write_audit_files, logs, args, judge, parser, hooks)
     for name, path in files.tables.items():
         print(f"{name}: {path}")
     print(f"figures: {len(files.figures)} in {Path(args.out) / 'figures'}")

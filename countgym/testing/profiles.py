@@ -15,12 +15,16 @@ phantom             expected extra points per object, placed away from every obj
 pointing_sigma      sd (per axis) of a point's offset from its object, thousandths of the
                     image's shorter side
 canonical           CounterCount: probability a counterfactual answer is the canonical count
+hedge               CounterCount: probability a reply names a wrong number before its answer
+                    ("At first glance 4, but counting again I see 3."), so the rules find
+                    several numbers and the audit's judge reads it (the simulated judge answers
+                    the last number)
 ==================  ===========================================================================
 
 Without a file, ``builtin_profile(name)`` gives each model name its own behaviour, derived from
 a hash of the name (so a rehearsed config shows differences between models and runs the same
 every time): count_sigma 0.05-0.30, count_bias -0.20 to +0.05, omission 0.02-0.15, duplicate
-0.01-0.08, phantom 0.00-0.05, pointing_sigma 2-8, canonical 0.10-0.70 (pointing errors
+0.01-0.08, phantom 0.00-0.05, pointing_sigma 2-8, canonical 0.10-0.70, hedge 0.05-0.25 (pointing errors
 well below the spacing of clustered DotArrays, so offsets do not turn into phantom/omission pairs).
 """
 
@@ -49,6 +53,7 @@ class Profile:
     phantom: float = 0.0
     pointing_sigma: float = 5.0
     canonical: float = 0.0
+    hedge: float = 0.0
 
     def as_dict(self) -> dict[str, float]:
         """The keys in force, for the episode log."""
@@ -68,6 +73,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "phantom": (0.0, 10.0),
     "pointing_sigma": (0.0, 1000.0),
     "canonical": (0.0, 1.0),
+    "hedge": (0.0, 1.0),
 }
 
 _BUILTIN_SPANS: dict[str, tuple[float, float]] = {
@@ -78,6 +84,7 @@ _BUILTIN_SPANS: dict[str, tuple[float, float]] = {
     "phantom": (0.0, 0.05),
     "pointing_sigma": (2.0, 8.0),
     "canonical": (0.10, 0.70),
+    "hedge": (0.05, 0.25),
 }
 
 
