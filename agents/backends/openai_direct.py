@@ -582,6 +582,12 @@ def _read_bounded(response: Any, fields: dict[str, str], limit: int) -> bytes:
     """A reply's body, read into one buffer of at most ``limit`` bytes (``ReplyTooLarge`` beyond;
     an announced length over it is refused before reading). One buffer, not a list of pieces: a
     reply of millions of tiny chunks costs its size, not ~66 times it."""
+    if "transfer-encoding" in fields and "content-length" in fields:
+        # h11 lets Transfer-Encoding win, as RFC 9112 allows; RFC 9112 also says such a reply
+        # "ought to be handled as an error" (a sign of response splitting), and it is here.
+        import httpcore
+
+        raise httpcore.RemoteProtocolError("reply with both Transfer-Encoding and Content-Length")
     announced = fields.get("content-length", "")
     if announced.isdigit() and int(announced) > limit:  # h11 has checked it is digits, and one value
         raise ReplyTooLarge(f"reply body larger than {limit} bytes")
