@@ -394,7 +394,7 @@ def _deadline_backend() -> Any:
             self._inner = inner
 
         def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-            return self._inner.read(max_bytes, _left(timeout, httpcore.ReadTimeout))  # type: ignore[no-any-return]
+            return self._inner.read(max_bytes, _left(timeout, httpcore.ReadTimeout))
 
         def write(self, buffer: bytes, timeout: float | None = None) -> None:
             self._inner.write(buffer, _left(timeout, httpcore.WriteTimeout))
