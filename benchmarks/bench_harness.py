@@ -4,7 +4,8 @@ latency, several ways on the same work (same images, same number of calls, same 
 * ``zero-cost``: the runner driving a policy that only sleeps the latency per call (the oracle's
   tags and answer, no model call): the best this runner can do;
 * ``direct``: the tag arm through the litellm backend's direct OpenAI-compatible transport (the
-  default for an ``openai/`` model with an ``api_base``: pooled async HTTP, no litellm import);
+  default for an ``openai/`` model with an ``api_base``: httpcore pools, each request sent from
+  the episode's thread, no litellm import);
 * ``litellm``: the same through ``litellm.acompletion`` (``transport="litellm"``);
 * ``inspect``: the equivalent Inspect AI task (its OpenAI-compatible provider, the same images,
   the system prompt sent as a ``developer`` message as Inspect does, two calls per sample).
