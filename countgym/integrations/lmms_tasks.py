@@ -1,7 +1,7 @@
 """countgym's direct arms as lmms-eval tasks.
 
 ``python -m countgym.integrations.lmms_tasks --out DIR --dotarrays D --countvideo V --countercount C``
-writes a folder for ``lmms_eval --include_path DIR``: one task YAML per arm, the hooks
+writes a folder for ``lmms-eval --include_path DIR``: one task YAML per arm, the hooks
 (``utils.py``) and the documents (``data/<task>.jsonl``). Tasks:
 
 =================================  ===========================  ==========================
@@ -145,7 +145,7 @@ def aggregate(items: Sequence[dict[str, Any]], name: str) -> float:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m countgym.integrations.lmms_tasks",
-                                 description="Write countgym's lmms-eval tasks for `lmms_eval --include_path DIR`.")
+                                 description="Write countgym's lmms-eval tasks for `lmms-eval --include_path DIR`.")
     ap.add_argument("--out", required=True, help="the folder to write (tasks, hooks, documents)")
     ap.add_argument("--dotarrays", help="a DotArrays dataset: battery name (dotarrays:common) or folder")
     ap.add_argument("--countvideo", help="a CountVideoBench dataset folder or battery name")
@@ -162,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(f"wrote {', '.join(tasks)} to {args.out}: lmms_eval --include_path {args.out} --tasks {','.join(tasks)}")
+    print(f"wrote {', '.join(tasks)} to {args.out}: lmms-eval --include_path {args.out} --tasks {','.join(tasks)}")
     return 0
 
 
