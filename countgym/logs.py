@@ -43,14 +43,14 @@ from countgym.secrets import (
     scrub_data,
 )
 
-SCHEMA_VERSION: Literal[2] = 2
+SCHEMA_VERSION: Literal[3] = 3
 
 INT_MIN, INT_MAX = -(2**63), 2**63 - 1
 """Every integer in a record fits a signed 64-bit column (the audit's tables use int64)."""
 
 LogInt = Annotated[int, Field(ge=INT_MIN, le=INT_MAX)]
 Point = tuple[FiniteFloat, FiniteFloat]
-EndReason = Literal["answer", "budget", "invalid", "error"]
+EndReason = Literal["answer", "budget", "invalid", "error", "truncated"]
 ExtractedBy = Literal["rule", "parser", "judge", "typed", "none"]
 
 
@@ -193,15 +193,18 @@ class Truth(BaseModel):
 
 
 class EpisodeRecord(BaseModel):
-    """One finished episode (schema version 2).
+    """One finished episode (schema version 3).
 
-    Version history: 2 added the optional fields ``env``, ``extracted_by``, ``arm.defaults``
-    and, per step, ``reply_chars``, ``reply_sha256`` and ``tool_calls``; version 1 records read
-    unchanged (every added field defaults to null) and are migrated to 2 on read."""
+    Version history: 3 added the ``end`` value ``truncated`` (an episode a wrapper cut short,
+    such as Gymnasium's ``TimeLimit``); 2 added the optional fields ``env``, ``extracted_by``,
+    ``arm.defaults`` and, per step, ``reply_chars``, ``reply_sha256`` and ``tool_calls``. Older
+    records read unchanged (every added field defaults to null, every old ``end`` value is still
+    one) and are migrated to 3 on read; a countgym that reads only version 2 skips a version-3
+    line with a message to upgrade instead of misreading it."""
 
     model_config = ConfigDict(extra="forbid")
 
-    schema_version: Literal[2] = SCHEMA_VERSION
+    schema_version: Literal[3] = SCHEMA_VERSION
     """Log format version; older versions are migrated on read."""
     episode_id: str
     """Unique id: ``{cell}/{stimulus_id}/r{repeat}``."""
@@ -230,6 +233,9 @@ class EpisodeRecord(BaseModel):
     answer: LogInt | None = None
     """The announced count (null when none)."""
     end: EndReason
+    """How the episode ended: ``answer``, ``budget`` (the tag count announced), ``invalid``
+    (no count), ``error`` (a failed model call), ``truncated`` (cut short by a wrapper such as
+    ``TimeLimit`` before the environment ended it; no count)."""
     error: str | None = None
     extracted_by: ExtractedBy | None = None
     """How the answer was read from a free-text reply (single-step tasks): ``rule`` (the
@@ -248,9 +254,10 @@ class EpisodeRecord(BaseModel):
     @classmethod
     def _migrate(cls, data: Any) -> Any:
         if isinstance(data, dict):
-            if data.get("schema_version") == 1:
-                # Version 2 only added optional fields: a version-1 record is a version-2 one.
-                data = {**data, "schema_version": 2}
+            if data.get("schema_version") in (1, 2):
+                # Versions 2 and 3 only added optional fields and an ``end`` value: an older
+                # record is a version-3 one.
+                data = {**data, "schema_version": SCHEMA_VERSION}
             data = _answer_in_range(data)
         return data
 
@@ -469,8 +476,8 @@ def _current_json_validator(cls: type[EpisodeRecord]) -> Callable[[str], Episode
     field validation without the ``_migrate`` step, which makes pydantic build every value of
     a line as a Python object before validating it (a fifth of the time of a line).
 
-    A line the full validation would migrate (``schema_version`` 1, or an ``answer`` outside
-    the 64-bit range) fails this one, since ``schema_version`` must be 2 and ``answer`` in
+    A line the full validation would migrate (``schema_version`` 1 or 2, or an ``answer`` outside
+    the 64-bit range) fails this one, since ``schema_version`` must be 3 and ``answer`` in
     range, and the caller reads it again through the full validation. A line this one accepts
     is one on which the migration changes nothing, so the record is the same; the record is
     made as ``model_construct`` makes one. Where pydantic lays out the model's schema

@@ -14,8 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import gymnasium
+from gymnasium.envs.registration import WrapperSpec
 
 _IMAGE_ENV = "countgym.envs.image_env:CountImageEnv"
+_TRUNCATION_RECORD = WrapperSpec(
+    name="TruncationRecord", entry_point="countgym.envs.wrappers:TruncationRecord", kwargs={}
+)
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,8 @@ def register_envs() -> None:
             entry_point=_IMAGE_ENV,
             kwargs={"dataset": dataset},
             disable_env_checker=False,
+            # Outside TimeLimit, so an episode it cuts short still gets its record.
+            additional_wrappers=(_TRUNCATION_RECORD,),
         )
     for env_id, (entry, kwargs) in SINGLE_STEP_ENVS.items():
         if env_id not in gymnasium.registry:

@@ -35,7 +35,7 @@ from countgym.envs.common import (
 from countgym.envs.extract import strip_reasoning
 from countgym.envs.numbers import NONE_SPAN, Number, count_mentions
 from countgym.envs.rewards import RewardFn, resolve_reward
-from countgym.envs.spaces import ImageSpace, MessageSpace
+from countgym.envs.spaces import ImageSpace, MessageSpace, refuse_flattening
 from countgym.envs.state import EpisodeState
 from countgym.logs import EpisodeRecord, StepRecord
 from countgym.stimulus import Dataset, Stimulus
@@ -292,6 +292,7 @@ class MaskSpace(spaces.Space[np.ndarray]):
         return isinstance(other, MaskSpace) and other.max_side == self.max_side
 
 
+refuse_flattening(MaskSpace, "its masks vary in size with the image")
 shm.register_bytes_space(MaskSpace, lambda sp: sp.max_side * sp.max_side, shm.encode_array, shm.decode_array)
 
 

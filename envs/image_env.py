@@ -69,7 +69,8 @@ class CountImageEnv(gym.Env):
     ## Observation Space
     ``Dict(image=ImageSpace, text=MessageSpace, system=MessageSpace)``: the working image (or a
     crop view) as uint8 H x W x 3, the protocol message, and the system prompt (first
-    observation of the tool loop only; empty otherwise).
+    observation of the tool loop only; empty otherwise). Images vary in size, so Gymnasium's
+    flattening (``FlattenObservation``) refuses the space with a message saying so.
 
     ## Rewards
     ``reward="exact"`` (default): 1 for a correct final answer, else 0; ``"neg_abs_error"``;
@@ -86,7 +87,8 @@ class CountImageEnv(gym.Env):
     - Truncation: the budget is spent and the one further request was not answered with a number
       (the announced count is the number of tags, ``end="budget"``); a fourth invalid reply in a
       row, after three re-issue requests (no count, ``end="invalid"``); a failed model call
-      (``Reply.error``, ``end="error"``).
+      (``Reply.error``, ``end="error"``); a wrapper's limit (``TimeLimit``: no count,
+      ``end="truncated"``, recorded by ``TruncationRecord``, which ``gymnasium.make`` adds).
 
     ## Information
     Every step: ``tags_added`` (pixels), ``tags_dropped``, ``calls_left``, ``view`` ("image" or
@@ -357,16 +359,33 @@ class CountImageEnv(gym.Env):
         if rec.parse_error is not None:
             info["parse_error"] = rec.parse_error
         if ended:
-            info.update(
-                truth={"n": self.stimulus.n},  # type: ignore[union-attr]
-                stimulus_id=self.stimulus.id,  # type: ignore[union-attr]
-                end=st.end,
-                # The record as an object (not a dict), so vector envs keep it whole.
-                episode_record=self.episode_record(),
-            )
-            if st.answer is not None:
-                info["answer"] = st.answer
+            info.update(self._end_info())
         return obs, reward, terminated, truncated, info
+
+    def truncate(self) -> tuple[float, dict[str, Any]]:
+        """End an episode that a wrapper cut short (``TimeLimit``, say) as ``end="truncated"``
+        with no count: returns the end reward and the info an ended episode carries
+        (``episode_record`` included), or ``(0.0, {})`` when the episode had already ended.
+        ``countgym.envs.wrappers.TruncationRecord`` calls it; ``gymnasium.make`` adds that wrapper."""
+        st = self.state
+        if st is None or st.ended:
+            return 0.0, {}
+        st.end, st.answer, st.ended = "truncated", None, True
+        return float(self.reward_fn(st, self._reward_stimulus())), self._end_info()
+
+    def _end_info(self) -> dict[str, Any]:
+        st, stim = self.state, self.stimulus
+        assert st is not None and stim is not None
+        info: dict[str, Any] = {
+            "truth": {"n": stim.n},
+            "stimulus_id": stim.id,
+            "end": st.end,
+            # The record as an object (not a dict), so vector envs keep it whole.
+            "episode_record": self.episode_record(),
+        }
+        if st.answer is not None:
+            info["answer"] = st.answer
+        return info
 
     def render(self) -> np.ndarray | None:
         """The current working image (``render_mode="rgb_array"``)."""

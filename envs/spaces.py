@@ -83,5 +83,22 @@ class MessageSpace(spaces.Text):
         return f"MessageSpace(max_length={self.max_length})"
 
 
+def refuse_flattening(cls: type[spaces.Space[Any]], what: str) -> None:
+    """Make Gymnasium's flattening (``flatten_space``, ``flatdim``, ``flatten``, ``unflatten``,
+    and so ``FlattenObservation``) refuse ``cls`` with a message that says why and what to do,
+    instead of "Unknown space"."""
+
+    def refuse(space: Any, *_: Any, **__: Any) -> Any:
+        raise NotImplementedError(
+            f"{space!r} cannot be flattened: {what}, so no fixed-length vector holds them. "
+            "Use the observation's arrays as "
+            "they are, or resize them to one fixed size in a wrapper of your own before flattening."
+        )
+
+    for fn in (spaces.flatten_space, spaces.flatdim, spaces.flatten, spaces.unflatten):
+        fn.register(cls)(refuse)
+
+
+refuse_flattening(ImageSpace, "its images vary in size (datasets differ, crop views change it)")
 shm.register_bytes_space(ImageSpace, lambda sp: sp.max_side * sp.max_side * 3, shm.encode_array, shm.decode_array)
 shm.register_text_space(MessageSpace)

@@ -23,7 +23,7 @@ from countgym.envs.common import (
     stimulus_pool,
 )
 from countgym.envs.extract import Target, extract_count, parse_count
-from countgym.envs.spaces import MessageSpace
+from countgym.envs.spaces import MessageSpace, refuse_flattening
 from countgym.envs.video_templates import PROMPTS, VIDEO_TEMPLATE_HASH
 from countgym.logs import EpisodeRecord, StepRecord
 from countgym.stimulus import Dataset, Stimulus
@@ -79,6 +79,7 @@ SHM_CLIP_BYTES = 10 * 1920 * 1080 * 3
 """Shared-memory slot of one sub-env: the protocol's 10 sampled frames at 1920 x 1080 (the
 space's own bound, 64 frames of 4096 px, would reserve gigabytes per sub-env)."""
 
+refuse_flattening(VideoSpace, "its clips vary in length and frame size")
 shm.register_bytes_space(
     VideoSpace,
     lambda sp: min(sp.max_frames * sp.max_side * sp.max_side * 3, SHM_CLIP_BYTES),

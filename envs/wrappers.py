@@ -10,6 +10,11 @@ episode record in ``info["episode_record"]``).
 ``TaskInfo`` puts the ``Task`` a policy's ``reset`` needs into the reset info, so vectorised
 rollouts (sub-environments in other processes) can start per-episode policies.
 
+``TruncationRecord`` records an episode that a wrapper cut short (Gymnasium's ``TimeLimit``):
+the environment cannot see that cut, so this wrapper, outside it, ends the episode as
+``end="truncated"`` and adds the record. ``gymnasium.make`` puts it outermost on every countgym
+id (``max_episode_steps=`` included); a hand-built chain puts it outside its truncating wrappers.
+
 ``VectorSafeInfo`` makes the info safe for Gymnasium's vector envs, which batch each info entry
 into an array typed by the FIRST sub-env that reports it: ``answer=3`` in one sub-env and
 ``answer=None`` in another raises ``TypeError``, and an ``action`` dict next to ``None`` is
@@ -111,6 +116,28 @@ class TaskInfo(gym.Wrapper):
         obs, info = self.env.reset(seed=seed, options=options)
         info["task"] = task_of(self.env.unwrapped)
         return obs, info
+
+
+class TruncationRecord(gym.Wrapper, gym.utils.RecordConstructorArgs):
+    """Completes an episode that a wrapper inside this one truncated before the environment
+    ended it: the environment ends it with ``end="truncated"`` (no count; ``truncate()``), and
+    the step's info gets what any ended episode's info has (``truth``, ``stimulus_id``, ``end``,
+    ``episode_record``) and its reward the end reward. Episodes the environment ended itself,
+    and environments without ``truncate()``, pass through unchanged."""
+
+    def __init__(self, env: gym.Env) -> None:
+        gym.utils.RecordConstructorArgs.__init__(self)
+        gym.Wrapper.__init__(self, env)
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        end = getattr(self.env.unwrapped, "truncate", None) if truncated and not terminated else None
+        if end is not None:
+            extra, end_info = end()
+            if end_info:
+                reward = float(reward) + extra
+                info = {**info, **end_info}
+        return obs, reward, terminated, truncated, info
 
 
 def task_of(env: Any) -> Task:

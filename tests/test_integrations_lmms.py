@@ -1,5 +1,6 @@
 """countgym's lmms-eval task package: documents and scoring (no lmms-eval needed), then the real
-`python -m lmms_eval` with its OpenAI-compatible API model against the local test server."""
+`lmms-eval` command (the docs' install: CI's .venv-lmms) with its OpenAI-compatible API model
+against the local test server, on every task."""
 
 from __future__ import annotations
 
@@ -70,8 +71,10 @@ def test_lmms_eval_runs_the_tasks_against_the_test_server(tiny_dataset, tiny_cou
                                                 "countercount": str(tiny_countercount)})
     assert len(tasks) == 4
     with TestServer() as srv:
+        script = Path(sys.executable).with_name("lmms-eval")  # the console script the docs name
+        cmd = [str(script)] if script.is_file() else [sys.executable, "-m", "lmms_eval"]
         proc = subprocess.run(
-            [sys.executable, "-m", "lmms_eval", "--model", "openai", "--model_args",
+            [*cmd, "--model", "openai", "--model_args",
              f"model_version=blob,base_url={srv.base_url},api_key=none", "--tasks", ",".join(tasks),
              "--include_path", str(tmp_path / "t"), "--output_path", str(tmp_path / "out"), "--batch_size", "1",
              "--log_samples"],

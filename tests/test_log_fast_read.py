@@ -49,7 +49,8 @@ LINES = {
     "version 1.0": _with(schema_version=1.0),
     "version true": _with(schema_version=True),
     "version '2'": _with(schema_version="2"),
-    "newer version": _with(schema_version=3),
+    "version 2": _with(schema_version=2),
+    "newer version": _with(schema_version=4),
     "no version": _with(schema_version=_DROP),
     "answer past int64": _with(answer=2**70),
     "answer below int64": _with(answer=-(2**70), end="budget"),
@@ -135,11 +136,11 @@ def test_a_line_reads_the_same_with_and_without_the_fast_reader(name: str) -> No
 
 def test_lines_the_migration_changes_never_take_the_fast_reader() -> None:
     read = logs._current_json_validator(EpisodeRecord)
-    for name in ("version 1", "version true", "answer past int64", "answer below int64"):
+    for name in ("version 1", "version 2", "version true", "answer past int64", "answer below int64"):
         with pytest.raises(ValueError):
             read(LINES[name])
     old = logs._read_line(LINES["version 1"], False, NO_SECRETS)[0]
-    assert old is not None and old.schema_version == 2
+    assert old is not None and old.schema_version == 3
     big = logs._read_line(LINES["answer past int64"], False, NO_SECRETS)[0]
     assert big is not None and big.answer is None and big.end == "invalid" and "64-bit" in (big.error or "")
 

@@ -28,14 +28,14 @@ def _as_version_1(line: str) -> str:
 
 
 def test_version_1_logs_read_resume_and_audit(tmp_path: Path, tiny_dataset) -> None:
-    assert SCHEMA_VERSION == 2
+    assert SCHEMA_VERSION == 3
     spec = CellSpec(dataset=str(tiny_dataset.root), agent="oracle")
     res = run_cell(spec, tmp_path / "runs", progress=False)
     assert res.ran == 3
     old = [_as_version_1(x) for x in res.log.read_text().splitlines()]
     res.log.write_text("\n".join(old) + "\n")
     recs = read_records([res.log])
-    assert len(recs) == 3 and {r.schema_version for r in recs} == {2}
+    assert len(recs) == 3 and {r.schema_version for r in recs} == {3}
     assert all(r.extracted_by is None and r.arm.defaults is None for r in recs)
     again = run_cell(spec, tmp_path / "runs", progress=False)
     assert (again.ran, again.skipped) == (0, 3)  # nothing re-run, nothing duplicated

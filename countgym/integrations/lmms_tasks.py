@@ -1,7 +1,7 @@
 """countgym's direct arms as lmms-eval tasks.
 
 ``python -m countgym.integrations.lmms_tasks --out DIR --dotarrays D --countvideo V --countercount C``
-writes a folder for ``lmms_eval --include_path DIR``: one task YAML per arm, the hooks
+writes a folder for ``lmms-eval --include_path DIR``: one task YAML per arm, the hooks
 (``utils.py``) and the documents (``data/<task>.jsonl``). Tasks:
 
 =================================  ===========================  ==========================
@@ -33,6 +33,7 @@ from typing import Any
 
 from countgym.errors import UserError
 from countgym.integrations.evalshape import episode_values, sample_id, summary_metrics
+from countgym.integrations.selection import limited
 
 TASKS: dict[str, tuple[str, str, str]] = {
     "countgym_dotarrays_direct": ("dotarrays", "countgym/DotArrays-v0", "direct"),
@@ -47,12 +48,14 @@ PACKAGE_DIR = Path(__file__).with_name("lmms_eval")
 
 # --- documents ------------------------------------------------------------------------------------
 def documents(env_id: str, arm: str, dataset: str, limit: int | None = None) -> list[dict[str, Any]]:
-    """One document per stimulus: media paths, the arm's question, the opaque id, the truth."""
+    """One document per stimulus (``limit`` K: the K that ``countgym run --limit K`` runs), in
+    ``selection.stratified_order``: media paths, the arm's question, the opaque id, the truth."""
     from countgym.integrations.inspect import env_factory
 
     env = env_factory(env_id, arm, dataset)()
     ds = env.dataset
-    ids = list(getattr(env, "_pool", None) or ds.ids())[: limit if limit is not None else None]
+    pool = list(getattr(env, "_pool", None) or ds.ids())
+    ids = limited([ds[sid] for sid in pool], limit)
     docs = []
     for sid in ids:
         stim = ds[sid]
@@ -142,12 +145,13 @@ def aggregate(items: Sequence[dict[str, Any]], name: str) -> float:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m countgym.integrations.lmms_tasks",
-                                 description="Write countgym's lmms-eval tasks for `lmms_eval --include_path DIR`.")
+                                 description="Write countgym's lmms-eval tasks for `lmms-eval --include_path DIR`.")
     ap.add_argument("--out", required=True, help="the folder to write (tasks, hooks, documents)")
     ap.add_argument("--dotarrays", help="a DotArrays dataset: battery name (dotarrays:common) or folder")
     ap.add_argument("--countvideo", help="a CountVideoBench dataset folder or battery name")
     ap.add_argument("--countercount", help="a CounterCount dataset folder or battery name")
-    ap.add_argument("--limit", type=int, default=None, help="the first K stimuli of each dataset")
+    ap.add_argument("--limit", type=int, default=None,
+                    help="K stimuli of each dataset, stratified by count as `countgym run --limit K` picks them")
     args = ap.parse_args(argv)
     given = {k: v for k in ("dotarrays", "countvideo", "countercount") if (v := getattr(args, k))}
     if not given:
@@ -158,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(f"wrote {', '.join(tasks)} to {args.out}: lmms_eval --include_path {args.out} --tasks {','.join(tasks)}")
+    print(f"wrote {', '.join(tasks)} to {args.out}: lmms-eval --include_path {args.out} --tasks {','.join(tasks)}")
     return 0
 
 

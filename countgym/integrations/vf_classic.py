@@ -53,6 +53,7 @@ from countgym.envs import native_tools as NT
 from countgym.envs.actions import Reply
 from countgym.envs.image_env import CountImageEnv
 from countgym.errors import UserError
+from countgym.integrations.selection import limited
 from countgym.integrations.vf_turns import (
     REWARDS,
     as_dict,
@@ -245,13 +246,15 @@ def load_environment(
     ``dataset`` (a battery name such as ``dotarrays:common``, a folder, or a ``Dataset``).
     ``protocol="native"`` sends the tools as tool definitions and reads the model's tool calls
     instead of a JSON line. ``ablations`` are the arm's options (verify, numbered, extra_tools,
-    budget, order, ...)."""
+    budget, order, ...). ``limit`` K keeps the K stimuli ``countgym run --limit K`` runs; rows
+    come in ``selection.stratified_order``, so ``num_examples`` (``vf-eval -n``) K takes the
+    same stratified K."""
     if arm not in ARMS or not ARMS[arm].tool_loop:
         loop = ", ".join(n for n, a in ARMS.items() if a.tool_loop)
         raise UserError(f"arm {arm!r} is not a tool-loop arm; use one of {loop}")
     options = arm_env_options(arm, protocol=protocol, **ablations)
     options["tools"] = tuple(options["tools"])
     ds = _dataset(dataset)
-    ids = ds.ids()[: limit] if limit else ds.ids()
+    ids = limited(ds.stimuli, limit)
     name = dataset if isinstance(dataset, str) else ds.name
     return CountgymEnv(ds, options, arm=arm, ids=ids, name=name, seed=seed, reward=reward)

@@ -53,6 +53,7 @@ from countgym.envs import native_tools as NT
 from countgym.envs.actions import Reply
 from countgym.envs.image_env import CountImageEnv
 from countgym.errors import UserError
+from countgym.integrations.selection import limited
 from countgym.integrations.vf_turns import REWARDS, episode_outcome, next_turn, prune_images
 from countgym.stimulus import Dataset
 
@@ -132,7 +133,8 @@ class CountgymTasksetConfig(vf.TasksetConfig):
     reward: str = "exact"
     """The reward with weight 1 (exact, neg_abs_error, audit); the others are reported."""
     limit: int | None = None
-    """The first K stimuli (``vf-eval -n`` selects among those)."""
+    """K stimuli stratified by true count, as ``countgym run --limit K`` picks them; tasks come
+    in ``stratified_order``, so ``vf-eval -n K`` takes the same K (see ``integrations.selection``)."""
     seed: int = 0
     protocol: str = "json"
     """``json`` (a JSON line per action) or ``native`` (tool definitions and tool calls)."""
@@ -170,7 +172,7 @@ class CountgymTaskset(vf.Taskset[CountgymTask, CountgymTasksetConfig]):
 
     def load(self) -> list[CountgymTask]:
         cfg, ds = self.config, self.countgym_dataset
-        ids = ds.ids()[: cfg.limit] if cfg.limit else ds.ids()
+        ids = limited(ds.stimuli, cfg.limit)
         native = self.env_options["tools"] if self.env_options.get("protocol") == "native" else None
         weights = {r: RewardFunctionConfig(weight=1.0 if r == cfg.reward else 0.0) for r in REWARDS}
         task_config = cfg.task.model_copy(update={"rewards": {**weights, **cfg.task.rewards}})
