@@ -63,20 +63,16 @@ def test_a_limit_is_limited_ids(common, k) -> None:
     assert selection.limited(common.stimuli, None) == selection.stratified_order(common.stimuli)
 
 
-def test_the_first_k_rows_are_the_selection_wherever_selections_nest(monkeypatch) -> None:
-    # A nested selection rule (the odd counts first, then the even ones, each by id): the first
-    # K rows must be exactly its K, for every K, so `-n K` and `--limit K` agree.
-    stims = [Stimulus(id=f"s{i:02d}", n=i % 7 + 1, obj="dots", obj_sing="dot", image="x.png") for i in range(20)]
-    rank = sorted(stims, key=lambda s: (s.n % 2 == 0, s.id))
+def test_the_first_k_rows_are_countgym_runs_selection_for_every_k(common) -> None:
+    # Selections nest, so the first K rows are exactly `countgym run --limit K`'s stimuli, for
+    # every K: `-n K` and `--limit K` agree.
+    from countgym.cells import limited_ids
 
-    def nested(stimuli: list[Any], limit: int | None) -> list[str]:
-        keep = {s.id for s in rank[: limit if limit is not None else len(rank)]}
-        return [s.id for s in stimuli if s.id in keep]
-
-    monkeypatch.setattr(selection, "limited_ids", nested)
+    stims = list(common.stimuli)
     order = selection.stratified_order(stims)
+    assert sorted(order) == sorted(s.id for s in stims)
     for k in range(1, len(stims) + 1):
-        assert set(order[:k]) == set(nested(stims, k)), k
+        assert set(order[:k]) == set(limited_ids(stims, k)), k
 
 
 def test_the_function_is_countgym_runs_own() -> None:

@@ -5,7 +5,8 @@ stratified by true count. The frameworks' own limits take the first K rows of wh
 hands them (``vf-eval -n K``, lmms-eval's ``--limit K``), so the adapters hand over the stimuli
 in ``stratified_order``: each stimulus at the first limit that selects it. Wherever
 ``limited_ids`` nests (the selection for K is part of the one for K + 1), the first K rows are
-then exactly ``countgym run --limit K``'s stimuli; a limit the adapter receives itself
+then exactly ``countgym run --limit K``'s stimuli (selections nest: ``limited_ids`` takes a prefix
+of this order); a limit the adapter receives itself
 (``--env.taskset.limit``, ``load_environment(limit=K)``, the lmms task writer's ``--limit``)
 is ``limited_ids`` in any case (``limited``).
 """
@@ -16,23 +17,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from countgym.cells import limited_ids
+from countgym.cells import stratified_order as _stratified_units
 
 
 def stratified_order(stimuli: Sequence[Any]) -> list[str]:
-    """Every stimulus id, each at the first limit K that ``limited_ids`` selects it (manifest
-    order among those that K adds), so the first rows cover the range of counts."""
-    ids = [s.id for s in stimuli]
-    order: list[str] = []
-    seen: set[str] = set()
-    for k in range(1, len(ids)):
-        if len(order) == len(ids):
-            break
-        for sid in limited_ids(stimuli, k):
-            if sid not in seen:
-                seen.add(sid)
-                order.append(sid)
-    order.extend(sid for sid in ids if sid not in seen)
-    return order
+    """Every stimulus id in the order ``limited_ids`` takes them (``countgym.cells``: the count
+    levels interleaved, a pair's images together), so the first K rows are ``countgym run
+    --limit K``'s stimuli and the first rows cover the range of counts."""
+    return [sid for unit in _stratified_units(stimuli) for sid in unit]
 
 
 def limited(stimuli: Sequence[Any], limit: int | None) -> list[str]:
