@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from countgym.envs.actions import Answer, Crop, Erase, Grid, Tag
+from countgym.envs.actions import Crop, Erase, Tag
 from countgym.errors import MissingExtraError
 from countgym.stimulus import Dataset
 
@@ -133,7 +133,10 @@ class CountingToolEnv:
     image and the first user message; each tool method applies one action and returns the
     working image (or crop view) with the protocol's message; ``get_reward`` is the episode's
     reward (tool costs included). A model that never calls ``answer`` is scored as the
-    environment scores a missing answer. ``records`` holds every finished ``EpisodeRecord``.
+    environment scores a missing answer. ``answer`` and ``grid`` hand the model's argument to the
+    environment, which reads it as on every other path (the count grammar of
+    ``countgym.envs.extract.parse_count``; a JSON boolean for ``on``): anything else is an invalid
+    reply there. ``records`` holds every finished ``EpisodeRecord``.
     Subclasses made by ``environment_factory`` add only the enabled tools.
     """
 
@@ -141,6 +144,9 @@ class CountingToolEnv:
         from countgym.envs.image_env import CountImageEnv
 
         env_options.setdefault("arm", "trl-tools")
+        # TRL's tool loop is native function calling: the environment's re-issue and budget
+        # messages ask for a tool call, not for a JSON line.
+        env_options.setdefault("protocol", "native")
         self.env = CountImageEnv(dataset, **env_options)
         self.reward = 0.0
         self.ended = True
@@ -214,7 +220,8 @@ def grid(self, on: bool) -> list | str:
     Args:
         on: true to show the grid, false to hide it.
     """
-    return self._step(Grid(on=bool(on)))
+    # The environment reads the value (a JSON boolean only): "false" is an invalid reply, not True.
+    return self._step({"tool": "grid", "on": on})
 
 
 def answer(self, count: int) -> list | str:
@@ -223,7 +230,9 @@ def answer(self, count: int) -> list | str:
     Args:
         count: the number of objects.
     """
-    return self._step(Answer(count=int(count)))
+    # The environment reads the count with its own grammar (``countgym.envs.extract.parse_count``):
+    # 30.7, True, b"12" or "1_2" are an invalid reply there, as on every other path.
+    return self._step({"tool": "answer", "count": count})
 
 
 _TOOL_METHODS: dict[str, Callable[..., Any]] = {
