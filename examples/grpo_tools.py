@@ -118,10 +118,8 @@ def oracle_rows(ds: Any, ids: list[str], env_options: dict[str, Any], processor:
             rows.append({"prompt": prompt, "completion": full[len(prompt):].rstrip("\n"), "images": list(images)})
             obs, _, terminated, truncated, _ = env.step({"tool": call["name"], **call["arguments"]})
             done = terminated or truncated
-            content = [{"type": "text", "text": obs["text"] or "Done."}]
-            if not done:
-                content.insert(0, {"type": "image"})
-                images.append(Image.fromarray(obs["image"]))
+            content = [{"type": "image"}, {"type": "text", "text": obs["text"] or ("Done." if done else "")}]
+            images.append(Image.fromarray(obs["image"]))
             messages += [turn, {"role": "tool", "name": call["name"], "content": content}]
             if done:
                 rows.append({"prompt": render(messages, True), "completion": "<end_of_utterance>", "images": list(images)})
@@ -179,10 +177,11 @@ def plot_curve(path: Path, steps: list[int], env_reward: list[float], evals: dic
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=None, help="folder for log.jsonl, curve.png, summary.json (default: a temp folder)")
-    ap.add_argument("--warmup-steps", type=int, default=30, help="SFT steps on the oracle's demonstrations")
+    ap.add_argument("--warmup-steps", type=int, default=150, help="SFT steps on the oracle's demonstrations")
     ap.add_argument("--steps", type=int, default=60, help="GRPO steps")
     ap.add_argument("--num-generations", type=int, default=4, help="completions per stimulus (a GRPO group)")
     ap.add_argument("--prompts-per-step", type=int, default=2, help="stimuli per GRPO step")
+    ap.add_argument("--warmup-lr", type=float, default=2e-2, help="SFT learning rate")
     ap.add_argument("--lr", type=float, default=3e-3, help="GRPO learning rate")
     ap.add_argument("--train", type=int, default=24, help="training stimuli")
     ap.add_argument("--heldout", type=int, default=12, help="held-out stimuli")
@@ -249,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = oracle_rows(ds, train_ids, env_options, processor)
     log(f"{len(rows)} demonstration rows; e.g. {rows[1]['prompt'][-120:]!r} -> {rows[1]['completion']!r}")
     sft = SFTConfig(output_dir=str(out / "sft"), max_steps=args.warmup_steps, per_device_train_batch_size=8,
-                    learning_rate=1e-2, logging_steps=5, save_strategy="no", report_to="none", use_cpu=True,
+                    learning_rate=args.warmup_lr, logging_steps=5, save_strategy="no", report_to="none", use_cpu=True,
                     seed=args.seed, disable_tqdm=True)
     if args.warmup_steps:
         SFTTrainer(model=model, args=sft, train_dataset=HFDataset.from_list(rows), processing_class=processor).train()

@@ -151,6 +151,7 @@ class CountingToolEnv:
         self.reward = 0.0
         self.ended = True
         self.records: list[Any] = []
+        self._last: list[dict[str, Any]] = []
 
     def reset(self, stimulus_id: str | None = None, **row: Any) -> list[dict[str, Any]]:
         """Start an episode on ``stimulus_id`` (the dataset row's column); other columns ignored."""
@@ -158,7 +159,8 @@ class CountingToolEnv:
         options = {"stimulus_id": str(stimulus_id)} if stimulus_id is not None else None
         obs, _ = self.env.reset(seed=row.get("seed"), options=options)
         self.reward, self.ended = 0.0, False
-        return [{"type": "image", "image": Image.fromarray(obs["image"])}, {"type": "text", "text": obs["text"]}]
+        self._last = [{"type": "image", "image": Image.fromarray(obs["image"])}, {"type": "text", "text": obs["text"]}]
+        return list(self._last)
 
     def get_reward(self) -> float:
         """The episode's reward; an unfinished episode is ended as a missing answer first."""
@@ -168,16 +170,20 @@ class CountingToolEnv:
                 self._step('{"tool":"answer"}')
         return float(self.reward)
 
-    def _step(self, action: Any) -> list[dict[str, Any]] | str:
+    def _step(self, action: Any) -> list[dict[str, Any]]:
+        """Apply one action; the working image (or crop view) and the message, also when it ends."""
         if self.ended:
-            return "The episode has ended."
+            return [*self._last[:1], {"type": "text", "text": "The episode has ended."}]
         obs, reward, terminated, truncated, _ = self.env.step(action)
         self.reward += float(reward)
         if terminated or truncated:
             self.ended = True
             self._finish()
-            return obs["text"] or "Done."
-        return [{"type": "image", "image": Image.fromarray(obs["image"])}, {"type": "text", "text": obs["text"]}]
+        # Every result carries the working image, the last one too: TRL 1.16 fails on SmolVLM-style
+        # processors when a round of tool calls returns text only (its pixel values are then a list).
+        text = obs["text"] or ("Done." if self.ended else "")
+        self._last = [{"type": "image", "image": Image.fromarray(obs["image"])}, {"type": "text", "text": text}]
+        return list(self._last)
 
     def _finish(self) -> None:
         st = self.env.state
@@ -187,7 +193,7 @@ class CountingToolEnv:
                 self.records.append(rec)
 
 
-def tag(self, points: list[list[int]]) -> list | str:
+def tag(self, points: list[list[int]]) -> list:
     """Draw numbered tags at these points on the working image; numbering continues.
 
     Args:
@@ -196,7 +202,7 @@ def tag(self, points: list[list[int]]) -> list | str:
     return self._step(Tag(points=[(float(x), float(y)) for x, y in _pairs(points)]))
 
 
-def crop(self, box: list[int]) -> list | str:
+def crop(self, box: list[int]) -> list:
     """See an enlarged view of a region of the working image (tags stay visible).
 
     Args:
@@ -205,7 +211,7 @@ def crop(self, box: list[int]) -> list | str:
     return self._step(Crop(box=_box(box)))
 
 
-def erase(self, points: list[list[int]]) -> list | str:
+def erase(self, points: list[list[int]]) -> list:
     """Grey out already-counted objects at these points so they cannot be counted twice.
 
     Args:
@@ -214,7 +220,7 @@ def erase(self, points: list[list[int]]) -> list | str:
     return self._step(Erase(points=[(float(x), float(y)) for x, y in _pairs(points)]))
 
 
-def grid(self, on: bool) -> list | str:
+def grid(self, on: bool) -> list:
     """Overlay a light coordinate grid with 0-1000 tick labels.
 
     Args:
@@ -224,7 +230,7 @@ def grid(self, on: bool) -> list | str:
     return self._step({"tool": "grid", "on": on})
 
 
-def answer(self, count: int) -> list | str:
+def answer(self, count: int) -> list:
     """Final answer: the number of distinct objects in the image.
 
     Args:
