@@ -44,6 +44,16 @@ SIZE = 96
 """Image side in pixels."""
 RADIUS = 9
 """Disc radius in pixels: at the tiny model's 32-px input a disc is still 6 px across."""
+COUNTS = (1, 2, 3)
+"""The cardinalities, in turn over the stimuli of each split."""
+ENV_OPTIONS: dict[str, Any] = {"tools": ("tag",), "budget": 2, "reward": "exact"}
+"""The environment of the demonstrations and of GRPO: ``tag`` and ``answer``, two tool calls,
+reward 1 for the right count."""
+DEFAULTS: dict[str, Any] = {
+    "warmup_steps": 150, "warmup_lr": 2e-2, "steps": 40, "num_generations": 4, "prompts_per_step": 2,
+    "lr": 3e-3, "train": 24, "heldout": 12, "seed": 0,
+}  # fmt: skip
+"""The recipe's defaults (docs/scale-and-rl.md quotes them with the measured run)."""
 
 
 def make_dataset(root: Path, counts: tuple[int, ...], n_train: int, n_heldout: int, seed: int) -> Any:
@@ -177,15 +187,15 @@ def plot_curve(path: Path, steps: list[int], env_reward: list[float], evals: dic
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=None, help="folder for log.jsonl, curve.png, summary.json (default: a temp folder)")
-    ap.add_argument("--warmup-steps", type=int, default=150, help="SFT steps on the oracle's demonstrations")
-    ap.add_argument("--steps", type=int, default=60, help="GRPO steps")
-    ap.add_argument("--num-generations", type=int, default=4, help="completions per stimulus (a GRPO group)")
-    ap.add_argument("--prompts-per-step", type=int, default=2, help="stimuli per GRPO step")
-    ap.add_argument("--warmup-lr", type=float, default=2e-2, help="SFT learning rate")
-    ap.add_argument("--lr", type=float, default=3e-3, help="GRPO learning rate")
-    ap.add_argument("--train", type=int, default=24, help="training stimuli")
-    ap.add_argument("--heldout", type=int, default=12, help="held-out stimuli")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--warmup-steps", type=int, default=DEFAULTS["warmup_steps"], help="SFT steps on the oracle's demonstrations")
+    ap.add_argument("--steps", type=int, default=DEFAULTS["steps"], help="GRPO steps")
+    ap.add_argument("--num-generations", type=int, default=DEFAULTS["num_generations"], help="completions per stimulus (a GRPO group)")
+    ap.add_argument("--prompts-per-step", type=int, default=DEFAULTS["prompts_per_step"], help="stimuli per GRPO step")
+    ap.add_argument("--warmup-lr", type=float, default=DEFAULTS["warmup_lr"], help="SFT learning rate")
+    ap.add_argument("--lr", type=float, default=DEFAULTS["lr"], help="GRPO learning rate")
+    ap.add_argument("--train", type=int, default=DEFAULTS["train"], help="training stimuli")
+    ap.add_argument("--heldout", type=int, default=DEFAULTS["heldout"], help="held-out stimuli")
+    ap.add_argument("--seed", type=int, default=DEFAULTS["seed"])
     args = ap.parse_args(argv)
     if min(args.steps, args.num_generations - 1, args.prompts_per_step, args.train, args.heldout) < 1 or args.warmup_steps < 0:
         print("error: --steps, --prompts-per-step, --train, --heldout must be >= 1, --num-generations >= 2", file=sys.stderr)
@@ -210,14 +220,14 @@ def main(argv: list[str] | None = None) -> int:
 
     out = Path(args.out or tempfile.mkdtemp(prefix="countgym-grpo-"))
     out.mkdir(parents=True, exist_ok=True)
-    ds = make_dataset(out / "data", (1, 2, 3), args.train, args.heldout, args.seed)
+    ds = make_dataset(out / "data", COUNTS, args.train, args.heldout, args.seed)
     train_ids = [i for i in ds.ids() if i.startswith("train-")]
     heldout_ids = [i for i in ds.ids() if i.startswith("heldout-")]
-    env_options: dict[str, Any] = {"tools": ("tag",), "budget": 2, "reward": "exact"}
+    env_options = dict(ENV_OPTIONS)
 
     model_dir = build_tiny_smolvlm(out / "tiny-smolvlm")
     torch.manual_seed(args.seed)
-    model = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32)
+    model = ctrl.use_tool_images(AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32))
     processor = ctrl.use_tool_chat_template(AutoProcessor.from_pretrained(model_dir, padding_side="left"))
     counter = ImageCounter(processor.image_processor)
     processor.image_processor = counter
@@ -227,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         output_dir=str(out / "grpo"), max_steps=args.steps, learning_rate=args.lr, seed=args.seed,
         per_device_train_batch_size=g * args.prompts_per_step, num_generations=g, temperature=1.0,
         per_device_eval_batch_size=8, num_generations_eval=2,
-        max_completion_length=160, max_tool_calling_iterations=3, beta=0.0,
+        max_completion_length=400, max_tool_calling_iterations=3, beta=0.0,
         logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, disable_tqdm=True,
     )  # fmt: skip
     trainer = GRPOTrainer(

@@ -89,6 +89,31 @@ def use_tool_chat_template(processor: Any) -> Any:
     return processor
 
 
+def use_tool_images(model: Any) -> Any:
+    """Let a SmolVLM/Idefics3-style model generate after tool-result images in TRL's tool loop.
+
+    TRL 1.16 adds ``token_type_ids`` to ``generate``'s inputs once tool results carry images;
+    Idefics3's ``generate`` refuses a keyword its ``forward`` does not name (``ValueError: ...
+    not used by the model``), while its ``forward`` ignores it. For such a model the instance's
+    ``generate`` drops that one keyword; a model that names it is left as it is. Returns the model.
+    """
+    import functools
+    import inspect
+
+    if "token_type_ids" in inspect.signature(model.forward).parameters or getattr(model, "_countgym_tool_images", False):
+        return model
+    generate = model.generate
+
+    @functools.wraps(generate)
+    def generate_without_token_types(*args: Any, **kwargs: Any) -> Any:
+        kwargs.pop("token_type_ids", None)
+        return generate(*args, **kwargs)
+
+    model.generate = generate_without_token_types
+    model._countgym_tool_images = True
+    return model
+
+
 class OneRowPerImage:
     """An Idefics3/SmolVLM image processor that gives a flat list of images one row each.
 
