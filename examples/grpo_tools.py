@@ -51,8 +51,8 @@ ENV_OPTIONS: dict[str, Any] = {"tools": ("tag",), "budget": 2, "reward": "neg_ab
 reward ``-|answer - n|`` (``-n`` with no answer): a group's replies score apart even when none
 is exact, and a reply that drops the tool format scores worst."""
 DEFAULTS: dict[str, Any] = {
-    "warmup_steps": 150, "warmup_lr": 2e-2, "steps": 40, "num_generations": 4, "prompts_per_step": 2,
-    "lr": 5e-4, "train": 24, "heldout": 12, "seed": 0,
+    "warmup_steps": 150, "warmup_lr": 2e-2, "steps": 60, "num_generations": 8, "prompts_per_step": 2,
+    "lr": 1e-3, "train": 24, "heldout": 12, "seed": 0,
 }  # fmt: skip
 """The recipe's defaults (docs/scale-and-rl.md quotes them with the measured run)."""
 
