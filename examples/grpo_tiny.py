@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.route == "tools":
         use = ctrl.use_tool_chat_template(processor)
         trainer = GRPOTrainer(
-            model=model,
+            model=ctrl.use_tool_images(model),
             args=config,
             processing_class=use,
             train_dataset=ctrl.tool_dataset(ds),

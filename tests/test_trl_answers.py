@@ -109,3 +109,29 @@ def test_verifiers_v1_reads_the_count_with_the_env_grammar(tiny_dataset) -> None
         env.reset(options={"stimulus_id": "two"})
         env.step(vf_v1.reply_of([msg]))
         assert env.state.answer == read, value
+
+
+def test_use_tool_images_drops_token_type_ids_only_where_forward_does_not_take_them() -> None:
+    class NoTypes:
+        def forward(self, input_ids: Any = None, **kwargs: Any) -> None: ...
+
+        def generate(self, **kwargs: Any) -> dict[str, Any]:
+            return kwargs
+
+    class Types(NoTypes):
+        def forward(self, input_ids: Any = None, token_type_ids: Any = None, **kwargs: Any) -> None: ...
+
+    plain = ctrl.use_tool_images(NoTypes())
+    assert plain.generate(input_ids=1, token_type_ids=2, pixel_values=3) == {"input_ids": 1, "pixel_values": 3}
+    assert ctrl.use_tool_images(plain) is plain and plain.generate(token_type_ids=2) == {}  # wrapped once
+    typed = ctrl.use_tool_images(Types())
+    assert typed.generate(input_ids=1, token_type_ids=2) == {"input_ids": 1, "token_type_ids": 2}
+
+
+def test_every_trl_tool_result_carries_the_working_image(tiny_dataset) -> None:
+    """TRL 1.16 fails on a round of text-only tool results with SmolVLM-style processors."""
+    env = ctrl.environment_factory(tiny_dataset, tools=("tag", "grid"), reward="exact")()
+    env.reset(stimulus_id="two")
+    results = [env.grid(on="yes"), env.tag(points=[[65, 78]]), env.answer(count=2), env.answer(count=2)]
+    assert all(r[0]["type"] == "image" and r[1]["type"] == "text" for r in results)
+    assert results[2][1]["text"] == "Done." and results[3][1]["text"] == "The episode has ended."
