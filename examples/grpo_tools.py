@@ -1,7 +1,7 @@
 """GRPO through TRL on countgym's image tool loop, on CPU, that calls tools and learns.
 
     python examples/grpo_tools.py                    # the recipe at its defaults
-    python examples/grpo_tools.py --out runs/grpo    # keep the log, the plot and the model there
+    python examples/grpo_tools.py --out runs/grpo    # keep the log, the plot and the data there
 
 The task is *Give the Model a Finger*'s tool loop (Section 3) with the ``tag`` and ``answer``
 tools, on small counts so a tiny model can learn it on CPU: white 96-px images with 1 to 3 black
@@ -12,7 +12,7 @@ random SmolVLM (built here, no download).
    environment (tag every disc, then answer). Each of its turns becomes one SFT row for TRL's
    ``SFTTrainer``: the conversation so far (images included, the tool results being the
    environment's re-rendered images) and the oracle's tool call as native function-call text.
-   The warm-up is short on purpose: the model learns the call format, not yet the counts.
+   It teaches the call format and a first guess at the counts.
 2. **GRPO.** ``GRPOTrainer(environment_factory=...)`` runs the tool loop: the model's ``tag``
    calls run in ``CountImageEnv``, the re-rendered working image goes back to the model, and the
    environment's ``neg_abs_error`` reward (``-|answer - n|``) scores each episode. Completions are
@@ -219,7 +219,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{time.time() - t0:6.0f} s wall, {time.process_time() - c0:6.0f} s CPU] {msg}", file=sys.stderr)
 
     out = Path(args.out or tempfile.mkdtemp(prefix="countgym-grpo-"))
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        print(f"error: cannot use --out {out}: {e.strerror or e}", file=sys.stderr)
+        return 2
     ds = make_dataset(out / "data", COUNTS, args.train, args.heldout, args.seed)
     train_ids = [i for i in ds.ids() if i.startswith("train-")]
     heldout_ids = [i for i in ds.ids() if i.startswith("heldout-")]
@@ -246,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         eval_dataset=ctrl.tool_dataset(ds, heldout_ids),
         environment_factory=ctrl.environment_factory(ds, **env_options),
     )  # fmt: skip
-    env_key = next(k for k in ("eval_rewards/CountImageToolEnv/mean",) if True)
+    env_key = "eval_rewards/CountImageToolEnv/mean"  # TRL names the env's reward after its class
 
     def heldout() -> dict[str, float]:
         m = trainer.evaluate()
