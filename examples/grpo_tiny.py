@@ -3,7 +3,6 @@
     python examples/grpo_tiny.py                     # tool loop: environment_factory, 2 steps
     python examples/grpo_tiny.py --route single      # single-turn `direct` arm: TRL generates, env scores
     python examples/grpo_tiny.py --route rollout     # the same, countgym's LogProbModel generates
-    python examples/grpo_tiny.py --route warm-tools  # SFT warm-up on countgym trajectories, then the tool loop
     python examples/grpo_tiny.py --model /path/to/SmolVLM-256M-Instruct --steps 50
 
 ``--route tools`` trains the multi-turn tool loop of *Give the Model a Finger* (Section 3) through
@@ -12,11 +11,9 @@ answer) are function tools; tool results carry the re-rendered image. ``--route 
 the single-call ``direct`` arm: rows carry the image and the ``stimulus_id``, the reward function
 steps the environment with each completion; ``--route rollout`` samples those replies with
 countgym's ``rollout_func`` (trainer-consistent log-probs) instead of TRL's generation.
-``--route warm-tools`` first teaches the random model the tool-call format with TRL's
-``SFTTrainer`` on countgym trajectories (the oracle's first step: a ``tag`` call on the first
-dot), then runs the tool loop: the model's tool calls happen (``tools/call_frequency`` > 0 in
-TRL's metrics) and the re-rendered images go back into the batch. The tiny random model (built here, no download)
-learns nothing useful; the run shows the wiring works and the weights move (a small brevity bonus gives it a signal). Prints one JSON line
+The tiny random model (built here, no download) never calls a tool or announces a count: these
+routes show the wiring works and the weights move (a small brevity bonus gives it a signal).
+``examples/grpo_tools.py`` is the recipe in which the model calls tools and learns. Prints one JSON line
 at the end: steps run, the largest weight change, rewards seen. Needs the ``trl`` extra.
 """
 
@@ -63,42 +60,9 @@ def brevity_bonus(completions: list[Any], **_: Any) -> list[float]:
     return [0.1 / (1 + len(completion_text(c))) for c in completions]
 
 
-def warm_up(model: Any, processor: Any, ds: Any, work: Path, steps: int) -> None:
-    """Teach the tool-call format: TRL's ``SFTTrainer`` on the first step of countgym's oracle
-    trajectory on each stimulus (the first observation, then a ``tag`` call on the first dot)."""
-    from datasets import Dataset as HFDataset
-    from trl import SFTConfig, SFTTrainer
-
-    from countgym.integrations import trl as ctrl
-
-    env = ctrl.environment_factory(ds, tools=("tag",), budget=2)()
-    rows = []
-    for sid in ds.ids():
-        image, text = env.reset(stimulus_id=sid)
-        stim = ds[sid]
-        from PIL import Image
-
-        with Image.open(ds.image_path(stim)) as im:
-            w, h = im.size  # points are pixels of the stored image; tools take the 0-1000 frame
-        x, y = stim.points[0]
-        point = [round(x / w * 1000), round(y / h * 1000)]
-        call = {"type": "function", "function": {"name": "tag", "arguments": {"points": [point]}}}
-        rows.append({
-            "prompt": [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text["text"]}]}],
-            "completion": [{"role": "assistant", "content": "", "tool_calls": [call]}],
-            "images": [image["image"]],
-        })  # fmt: skip
-    config = SFTConfig(output_dir=str(work / "sft"), max_steps=steps, per_device_train_batch_size=4,
-                       learning_rate=3e-2, logging_steps=10, save_strategy="no", report_to="none", use_cpu=True,
-                       seed=0)
-    SFTTrainer(model=model, args=config, train_dataset=HFDataset.from_list(rows * 8),
-               processing_class=processor).train()
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--route", choices=("tools", "single", "rollout", "warm-tools"), default="tools")
-    ap.add_argument("--warmup-steps", type=int, default=40, help="SFT steps of --route warm-tools")
+    ap.add_argument("--route", choices=("tools", "single", "rollout"), default="tools")
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--max-completion-length", type=int, default=8)
     ap.add_argument("--lr", type=float, default=0.05)
@@ -121,10 +85,13 @@ def main(argv: list[str] | None = None) -> int:
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="countgym-grpo-"))
     ds = make_dataset(work / "data")
-    if args.model is None:
+    built = args.model is None
+    if built:
         from countgym.agents.backends.tiny import build_tiny_smolvlm
 
         args.model = str(build_tiny_smolvlm(work / "tiny-smolvlm"))
+    if built:
+        torch.set_num_threads(1)  # the tiny model: a second thread only adds waiting on a busy machine
     torch.manual_seed(0)
     model = AutoModelForImageTextToText.from_pretrained(args.model, dtype=torch.float32)
     processor = AutoProcessor.from_pretrained(args.model, padding_side="left")
@@ -144,24 +111,10 @@ def main(argv: list[str] | None = None) -> int:
         seed=0,
         beta=0.0,
     )
-    if args.route == "warm-tools":
-        processor = ctrl.use_tool_chat_template(processor)
-        warm_up(model, processor, ds, work, args.warmup_steps)
-        before = {k: v.detach().clone() for k, v in model.named_parameters()}
-        config.max_completion_length = max(args.max_completion_length, 64)
-        config.max_tool_calling_iterations = 2
-        trainer = GRPOTrainer(
-            model=model,
-            args=config,
-            processing_class=processor,
-            train_dataset=ctrl.tool_dataset(ds),
-            reward_funcs=[brevity_bonus],
-            environment_factory=ctrl.environment_factory(ds, tools=("tag",), budget=2, reward="neg_abs_error"),
-        )
-    elif args.route == "tools":
+    if args.route == "tools":
         use = ctrl.use_tool_chat_template(processor)
         trainer = GRPOTrainer(
-            model=model,
+            model=ctrl.use_tool_images(model),
             args=config,
             processing_class=use,
             train_dataset=ctrl.tool_dataset(ds),

@@ -40,7 +40,8 @@ def test_tool_env_exposes_enabled_tools_and_scores_the_episode(tiny_dataset) -> 
     out = env.tag(points=[[65, 78], [521, 521]])  # the two discs, normalised frame
     assert isinstance(out, list) and out[0]["type"] == "image"
     assert (np.asarray(out[0]["image"]) != start).any()  # the tags are drawn
-    assert isinstance(env.answer(count=2), str)
+    last = env.answer(count=2)
+    assert last[0]["type"] == "image" and last[1]["text"] == "Done."  # the last result has an image too
     assert env.get_reward() == 1.0
     rec = env.records[-1]
     assert rec.stimulus_id == "two" and rec.answer == 2 and len(rec.tags) == 2 and rec.end == "answer"

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from countgym.envs.actions import Answer, Crop, Erase, Grid, Tag
+from countgym.envs.actions import Crop, Erase, Tag
 from countgym.errors import MissingExtraError
 from countgym.stimulus import Dataset
 
@@ -89,6 +89,31 @@ def use_tool_chat_template(processor: Any) -> Any:
     return processor
 
 
+def use_tool_images(model: Any) -> Any:
+    """Let a SmolVLM/Idefics3-style model generate after tool-result images in TRL's tool loop.
+
+    TRL 1.16 adds ``token_type_ids`` to ``generate``'s inputs once tool results carry images;
+    Idefics3's ``generate`` refuses a keyword its ``forward`` does not name (``ValueError: ...
+    not used by the model``), while its ``forward`` ignores it. For such a model the instance's
+    ``generate`` drops that one keyword; a model that names it is left as it is. Returns the model.
+    """
+    import functools
+    import inspect
+
+    if "token_type_ids" in inspect.signature(model.forward).parameters or getattr(model, "_countgym_tool_images", False):
+        return model
+    generate = model.generate
+
+    @functools.wraps(generate)
+    def generate_without_token_types(*args: Any, **kwargs: Any) -> Any:
+        kwargs.pop("token_type_ids", None)
+        return generate(*args, **kwargs)
+
+    model.generate = generate_without_token_types
+    model._countgym_tool_images = True
+    return model
+
+
 class OneRowPerImage:
     """An Idefics3/SmolVLM image processor that gives a flat list of images one row each.
 
@@ -133,7 +158,10 @@ class CountingToolEnv:
     image and the first user message; each tool method applies one action and returns the
     working image (or crop view) with the protocol's message; ``get_reward`` is the episode's
     reward (tool costs included). A model that never calls ``answer`` is scored as the
-    environment scores a missing answer. ``records`` holds every finished ``EpisodeRecord``.
+    environment scores a missing answer. ``answer`` and ``grid`` hand the model's argument to the
+    environment, which reads it as on every other path (the count grammar of
+    ``countgym.envs.extract.parse_count``; a JSON boolean for ``on``): anything else is an invalid
+    reply there. ``records`` holds every finished ``EpisodeRecord``.
     Subclasses made by ``environment_factory`` add only the enabled tools.
     """
 
@@ -141,10 +169,14 @@ class CountingToolEnv:
         from countgym.envs.image_env import CountImageEnv
 
         env_options.setdefault("arm", "trl-tools")
+        # TRL's tool loop is native function calling: the environment's re-issue and budget
+        # messages ask for a tool call, not for a JSON line.
+        env_options.setdefault("protocol", "native")
         self.env = CountImageEnv(dataset, **env_options)
         self.reward = 0.0
         self.ended = True
         self.records: list[Any] = []
+        self._last: list[dict[str, Any]] = []
 
     def reset(self, stimulus_id: str | None = None, **row: Any) -> list[dict[str, Any]]:
         """Start an episode on ``stimulus_id`` (the dataset row's column); other columns ignored."""
@@ -152,7 +184,8 @@ class CountingToolEnv:
         options = {"stimulus_id": str(stimulus_id)} if stimulus_id is not None else None
         obs, _ = self.env.reset(seed=row.get("seed"), options=options)
         self.reward, self.ended = 0.0, False
-        return [{"type": "image", "image": Image.fromarray(obs["image"])}, {"type": "text", "text": obs["text"]}]
+        self._last = [{"type": "image", "image": Image.fromarray(obs["image"])}, {"type": "text", "text": obs["text"]}]
+        return list(self._last)
 
     def get_reward(self) -> float:
         """The episode's reward; an unfinished episode is ended as a missing answer first."""
@@ -162,16 +195,20 @@ class CountingToolEnv:
                 self._step('{"tool":"answer"}')
         return float(self.reward)
 
-    def _step(self, action: Any) -> list[dict[str, Any]] | str:
+    def _step(self, action: Any) -> list[dict[str, Any]]:
+        """Apply one action; the working image (or crop view) and the message, also when it ends."""
         if self.ended:
-            return "The episode has ended."
+            return [*self._last[:1], {"type": "text", "text": "The episode has ended."}]
         obs, reward, terminated, truncated, _ = self.env.step(action)
         self.reward += float(reward)
         if terminated or truncated:
             self.ended = True
             self._finish()
-            return obs["text"] or "Done."
-        return [{"type": "image", "image": Image.fromarray(obs["image"])}, {"type": "text", "text": obs["text"]}]
+        # Every result carries the working image, the last one too: TRL 1.16 fails on SmolVLM-style
+        # processors when a round of tool calls returns text only (its pixel values are then a list).
+        text = obs["text"] or ("Done." if self.ended else "")
+        self._last = [{"type": "image", "image": Image.fromarray(obs["image"])}, {"type": "text", "text": text}]
+        return list(self._last)
 
     def _finish(self) -> None:
         st = self.env.state
@@ -181,7 +218,7 @@ class CountingToolEnv:
                 self.records.append(rec)
 
 
-def tag(self, points: list[list[int]]) -> list | str:
+def tag(self, points: list[list[int]]) -> list:
     """Draw numbered tags at these points on the working image; numbering continues.
 
     Args:
@@ -190,7 +227,7 @@ def tag(self, points: list[list[int]]) -> list | str:
     return self._step(Tag(points=[(float(x), float(y)) for x, y in _pairs(points)]))
 
 
-def crop(self, box: list[int]) -> list | str:
+def crop(self, box: list[int]) -> list:
     """See an enlarged view of a region of the working image (tags stay visible).
 
     Args:
@@ -199,7 +236,7 @@ def crop(self, box: list[int]) -> list | str:
     return self._step(Crop(box=_box(box)))
 
 
-def erase(self, points: list[list[int]]) -> list | str:
+def erase(self, points: list[list[int]]) -> list:
     """Grey out already-counted objects at these points so they cannot be counted twice.
 
     Args:
@@ -208,22 +245,25 @@ def erase(self, points: list[list[int]]) -> list | str:
     return self._step(Erase(points=[(float(x), float(y)) for x, y in _pairs(points)]))
 
 
-def grid(self, on: bool) -> list | str:
+def grid(self, on: bool) -> list:
     """Overlay a light coordinate grid with 0-1000 tick labels.
 
     Args:
         on: true to show the grid, false to hide it.
     """
-    return self._step(Grid(on=bool(on)))
+    # The environment reads the value (a JSON boolean only): "false" is an invalid reply, not True.
+    return self._step({"tool": "grid", "on": on})
 
 
-def answer(self, count: int) -> list | str:
+def answer(self, count: int) -> list:
     """Final answer: the number of distinct objects in the image.
 
     Args:
         count: the number of objects.
     """
-    return self._step(Answer(count=int(count)))
+    # The environment reads the count with its own grammar (``countgym.envs.extract.parse_count``):
+    # 30.7, True, b"12" or "1_2" are an invalid reply there, as on every other path.
+    return self._step({"tool": "answer", "count": count})
 
 
 _TOOL_METHODS: dict[str, Callable[..., Any]] = {
