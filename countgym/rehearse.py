@@ -113,6 +113,9 @@ def rehearse(
     _say(f"rehearsal done in {time.monotonic() - started:.0f} s: {result.cells_run} cells, {result.episodes} episodes, "
          f"{len(result.skipped)} datasets skipped ({', '.join(result.skipped) or 'none'})")
     print_comparison(result.audit_dirs, profiles)
+    from countgym.detectable import print_detectable
+
+    print_detectable(result.audit_dirs, scale=scale)
     print_paper_map(result.audit_dirs)
     return result
 

@@ -52,6 +52,15 @@ def test_rehearse_runs_audits_and_compares(tmp_path: Path, configs: Path, capsys
     table = text.split("injected/recovered per model", 1)[1]
     for model in ("REPLACE:model-a", "REPLACE:model-b", "REPLACE:model-c"):
         assert model in table
+    # What the design can detect: the CounterCount MCQ bias rate's half-width is the audit's own.
+    import pandas as pd
+
+    scores = pd.read_csv(out / "runs" / "countercount-audit" / "countercount" / "cf_scores.csv")
+    mcq = scores[(scores["format"] == "mcq") & (scores["intervention"] == "baseline")].iloc[0]
+    half = 100 * (mcq["bias_rate_high"] - mcq["bias_rate_low"]) / 2
+    detect = text.split("what this design can detect", 1)[1]
+    row = next(x for x in detect.splitlines() if "bias rate, MCQ (baseline)" in x)
+    assert f"+/-{half:.1f} pp" in row and "39.1 %" in row
 
 
 def test_rehearse_bad_profile_is_one_line(tmp_path: Path, configs: Path, capsys) -> None:
