@@ -191,6 +191,7 @@ def bench_video_episode(videos: int = 4, size: tuple[int, int] = (1920, 1080), p
     the fastest of ``passes`` passes over every item, interleaved with its floor."""
     import numpy as np
 
+    from countgym.agents.backends import base as backend_base
     from countgym.agents.backends.base import png_data_url
     from countgym.agents.backends.litellm_backend import to_openai_messages
     from countgym.agents.backends.openai_direct import request_body
@@ -260,7 +261,9 @@ def bench_video_episode(videos: int = 4, size: tuple[int, int] = (1920, 1080), p
 
         def fresh(fn: Any) -> Any:
             def run(sid: str) -> None:
-                originals.clear()  # each episode starts from its source file, as on its own stimulus
+                # Each episode starts from its source file, as on its own stimulus.
+                originals.clear()
+                backend_base._VIEW_URLS.clear()
                 fn(sid)
             return run
 

@@ -102,6 +102,15 @@ class FrameStack:
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("a FrameStack is immutable")
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FrameStack, (list(self.frames),))
+
+    def __copy__(self) -> FrameStack:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> FrameStack:
+        return self  # immutable: a copy would only cost memory
+
     def __len__(self) -> int:
         return len(self.frames)
 

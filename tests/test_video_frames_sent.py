@@ -237,3 +237,14 @@ def test_video_request_body_carries_the_stored_bytes(video_dataset: Dataset) -> 
     assert content[-1] == {"type": "text", "text": obs["text"]}
     # Nothing else of the files, and no other image data: the body is the JSON of exactly this.
     assert body == json.dumps(parsed, separators=(",", ":")).encode()
+
+
+def test_stack_survives_copy_and_pickle(video_dataset: Dataset) -> None:
+    import copy
+    import pickle
+
+    stack = stored_frames(video_dataset, video_dataset[video_dataset.ids()[0]])
+    assert copy.deepcopy(stack) is stack
+    back = pickle.loads(pickle.dumps(stack))
+    assert back == stack and back is not stack
+    np.testing.assert_array_equal(np.asarray(back), np.asarray(stack))
