@@ -248,3 +248,13 @@ def test_stack_survives_copy_and_pickle(video_dataset: Dataset) -> None:
     back = pickle.loads(pickle.dumps(stack))
     assert back == stack and back is not stack
     np.testing.assert_array_equal(np.asarray(back), np.asarray(stack))
+
+
+def test_test_server_reads_a_jpeg_size_from_its_head() -> None:
+    from countgym.testing.server import image_size
+
+    big = _jpeg(7, (400, 300))  # noise: well over the 48 kB head
+    assert len(big) > 65536 and image_size("data:image/jpeg;base64," + base64.b64encode(big).decode()) == (400, 300)
+    # A metadata segment larger than the head before the frame header: the whole file is read.
+    padded = big[:2] + _segment(0xE1, b"x" * 60000) + big[2:]
+    assert image_size("data:image/jpeg;base64," + base64.b64encode(padded).decode()) == (400, 300)

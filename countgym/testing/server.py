@@ -328,16 +328,32 @@ def to_tool_calls(text: str, index: int) -> tuple[str, list[dict[str, Any]] | No
     return head.strip(), [call]
 
 
-@functools.lru_cache(maxsize=128)
 def image_size(url: str) -> tuple[int, int]:
     """(width, height) of an image data URL from its header, without decoding the pixels (a
-    PNG's from its first 24 bytes: signature, then the IHDR chunk's width and height)."""
+    PNG's from its first 24 bytes: signature, then the IHDR chunk's width and height; a JPEG's
+    from its first 48 kB, which hold the frame header of any file without a large metadata
+    segment; else from the whole file)."""
     _, _, payload = url.partition(",")
     head = base64.b64decode(payload[:32] + "=" * (-len(payload[:32]) % 4))
     if len(head) == 24 and head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR":
         w, h = int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
         if w > 0 and h > 0:
             return w, h
+    if head[:2] == b"\xff\xd8" and len(payload) > _JPEG_HEAD:
+        try:
+            with Image.open(io.BytesIO(base64.b64decode(payload[:_JPEG_HEAD]))) as im:
+                return im.size
+        except (OSError, ValueError, SyntaxError):
+            pass  # the frame header lies further in: read the whole file
+    return _decoded_size(payload)
+
+
+_JPEG_HEAD = 65536
+"""Base64 characters of a JPEG read for its size (48 kB)."""
+
+
+@functools.lru_cache(maxsize=128)
+def _decoded_size(payload: str) -> tuple[int, int]:
     with Image.open(io.BytesIO(base64.b64decode(payload))) as im:
         return im.size
 
