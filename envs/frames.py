@@ -80,6 +80,8 @@ class FrameStack:
 
     Iterating gives the frames (``StoredFrame`` or read-only arrays); ``np.asarray`` gives the
     decoded T x H x W x 3 stack (decoded on each call; keep the result if you need it twice).
+    Code written for the array it used to be keeps working: ``copy()`` and any other array
+    attribute (``mean``, ``tobytes``, ``astype``, ...) act on a freshly decoded stack.
     """
 
     __slots__ = ("frames", "shape")
@@ -101,6 +103,15 @@ class FrameStack:
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("a FrameStack is immutable")
+
+    def copy(self) -> np.ndarray:
+        """The decoded stack, the caller's own (as ``ndarray.copy`` gave it)."""
+        return np.asarray(self)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # numpy's and pickle's protocols must see only what is defined
+            raise AttributeError(name)
+        return getattr(np.asarray(self), name)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (FrameStack, (list(self.frames),))

@@ -258,3 +258,15 @@ def test_test_server_reads_a_jpeg_size_from_its_head() -> None:
     # A metadata segment larger than the head before the frame header: the whole file is read.
     padded = big[:2] + _segment(0xE1, b"x" * 60000) + big[2:]
     assert image_size("data:image/jpeg;base64," + base64.b64encode(padded).decode()) == (400, 300)
+
+
+def test_code_written_for_the_array_keeps_working(video_dataset: Dataset) -> None:
+    stack = stored_frames(video_dataset, video_dataset[video_dataset.ids()[0]])
+    pixels = load_frames(video_dataset, video_dataset[video_dataset.ids()[0]])
+    copied = stack.copy()
+    assert isinstance(copied, np.ndarray) and copied.flags.writeable
+    np.testing.assert_array_equal(copied, pixels)
+    assert stack.tobytes() == pixels.tobytes() and stack.mean() == pytest.approx(pixels.mean())
+    assert stack.nbytes == pixels.nbytes and len(stack) == len(pixels)
+    with pytest.raises(AttributeError):
+        stack.__array_interface__  # noqa: B018 - never a view of a temporary decode
