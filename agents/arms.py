@@ -580,13 +580,37 @@ class TilesPolicy:
 
 
 # --- the family, as the registry lists it ----------------------------------------------------------
+LOOP_KEYS: frozenset[str] = frozenset(
+    {"tools", "budget", "extra_tools", "verify", "numbered", "order", "perturb", "one_point_per_call", "protocol"}
+)
+"""Options that change only what a tool-loop arm's model sees or may do."""
+ANY_ARM_KEYS: frozenset[str] = frozenset({"reward", "tool_cost", "thinking"})
+"""Options that change every image arm's episodes (reward) or its backend (thinking)."""
+
+
+def arm_takes(arm: str) -> frozenset[str]:
+    """The option keys that change what ``arm`` sends or does: the tool-loop ablations for the
+    tool-loop arms only (direct, cot, list and tiles never see the loop), the reward and
+    ``thinking`` for every arm. The first-message ``prompt`` is what defines an arm: never an
+    ablation of a built-in one."""
+    return LOOP_KEYS | ANY_ARM_KEYS if _arm(arm).tool_loop else ANY_ARM_KEYS
+
+
 def _family_env_options(
     arm: str, *, tools: Sequence[str] | None = None, budget: int | None = None, **ablations: Any
 ) -> dict[str, Any]:
-    try:
-        opts = arm_env_options(arm, budget=budget, **ablations)
-    except TypeError as e:
-        raise UserError(f"invalid ablation for arm {arm!r}: {e}") from None
+    extra = set(ablations) - arm_takes(arm) - LOOP_KEYS
+    if extra:
+        raise UserError(f"ablation(s) {', '.join(sorted(extra))} do not apply to arm {arm!r} "
+                        f"(it takes {', '.join(sorted(arm_takes(arm) - {'thinking'}))})")
+    one_point = ablations.pop("one_point_per_call", None)
+    if tools is not None and not _arm(arm).tool_loop and set(tools) - {"answer"} != set(_arm(arm).tools):
+        raise UserError(f"tools do not apply to arm {arm!r}: its model never sees the tool loop")
+    opts = arm_env_options(arm, budget=budget, **ablations)
+    if one_point is not None and bool(one_point) != opts["one_point_per_call"]:
+        if not _arm(arm).tool_loop:
+            raise UserError(f"one_point_per_call does not apply to arm {arm!r}: its model never sees the tool loop")
+        opts["one_point_per_call"] = bool(one_point)
     opts["tools"] = list(tools if tools is not None else opts["tools"])
     return opts
 
@@ -602,5 +626,6 @@ ARM_FAMILY = ArmFamily(
     env_options=_family_env_options,
     backend=_family_backend,
     policy=make_arm_policy,
+    takes=arm_takes,
 )
 """The baseline arms of the image tool loop."""

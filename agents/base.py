@@ -55,6 +55,10 @@ class ArmFamily:
     """``(arm, backend)`` -> a fresh policy for one episode."""
     check_name: Callable[[str], None] | None = None
     """Raises a ``UserError`` explaining a near-miss name of this family (else returns)."""
+    takes: Callable[[str], frozenset[str]] | None = None
+    """``(arm)`` -> the option keys (``tools``, ``budget``, ablation keys, ``thinking``) that change
+    what the arm sends or does; a sweep leaves the others out for that arm (one cell, one note).
+    None: every key its ``env_options`` accepts."""
     audit_hooks: dict[str, Callable[..., Any]] = field(default_factory=dict)
     """Keyword arguments the audit of this family's task takes (``write_audit_files``), e.g.
     the CounterCount ``judge_backend``."""

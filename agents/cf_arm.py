@@ -174,12 +174,30 @@ def _family_env_options(
     arm: str, *, tools: Any = None, budget: int | None = None, **ablations: Any
 ) -> dict[str, Any]:
     ablations.pop("thinking", None)  # part of the arm name (+think)
+    kind = ablations.pop("kind", None)
     bad = set(ablations) - {"blur_radius", "feather", "attention"}
     if bad or tools is not None or budget is not None:
         raise UserError(
-            f"CounterCount arm {arm!r} takes only blur_radius, feather, attention; got {sorted(bad) or 'tools/budget'}"
+            f"CounterCount arm {arm!r} takes only blur_radius, feather, attention, kind; "
+            f"got {sorted(bad) or 'tools/budget'}"
         )
-    return parse_cf_arm(arm).env_options(**{k: v for k, v in ablations.items() if v is not None})
+    opts = parse_cf_arm(arm).env_options(**{k: v for k, v in ablations.items() if v is not None})
+    if kind is not None:
+        opts["kind"] = kind
+    return opts
+
+
+def cf_takes(arm: str) -> frozenset[str]:
+    """The option keys that change what a CounterCount arm sends or scores: ``kind`` and the
+    reward always, the blur geometry with ``+blur``, the attention configuration with ``+attn``.
+    The question format and the interventions (``+think`` included) are the arm's name."""
+    spec = parse_cf_arm(arm)
+    keys = {"kind", "reward"}
+    if "blur" in spec.interventions:
+        keys |= {"blur_radius", "feather"}
+    if "attn" in spec.interventions:
+        keys.add("attention")
+    return frozenset(keys)
 
 
 def _check_name(name: str) -> None:
@@ -205,6 +223,7 @@ ARM_FAMILY = ArmFamily(
     backend=make_cf_backend,
     policy=lambda arm, backend: CFPolicy(backend),
     check_name=_check_name,
+    takes=cf_takes,
     audit_hooks={"judge_backend": baseline_judge},
 )
 """The CounterCount arms (format plus interventions)."""

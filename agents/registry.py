@@ -105,6 +105,25 @@ def base_env_options(agent: str) -> dict[str, Any]:
     return fam.env_options(agent) if fam is not None else {}
 
 
+MODEL_VIEW_KEYS = frozenset({"verify", "numbered", "order", "prompt", "protocol", "thinking"})
+"""Options that change only what a model reads or how it is called: nothing a scripted policy
+(which reads no message and calls no model) does."""
+
+
+def agent_takes(agent: str, env_cls: type) -> frozenset[str]:
+    """The option keys (``tools``, ``budget``, ablation keys, ``thinking``) that change what
+    ``agent`` sends or does on ``env_cls``'s task: a built-in arm's family says
+    (``ArmFamily.takes``); a plug-in takes every option the environment takes; a scripted
+    policy those that change the environment's behaviour (not what a model would read)."""
+    env_keys = frozenset(getattr(env_cls, "CELL_OPTIONS", ()))
+    fam = family_of(agent)
+    if fam is not None:
+        return fam.takes(agent) & (env_keys | {"thinking"}) if fam.takes is not None else env_keys | {"thinking"}
+    if agent in BUILTIN_POLICIES:
+        return env_keys - MODEL_VIEW_KEYS
+    return env_keys - {"thinking"}  # a plug-in: its own options come through agent_options
+
+
 def cell_env_options(
     agent: str,
     env_cls: type | None = None,

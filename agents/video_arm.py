@@ -131,11 +131,20 @@ def _family_env_options(
 ) -> dict[str, Any]:
     ablations = {k: v for k, v in ablations.items() if v is not None}
     ablations.pop("thinking", None)
+    max_side = ablations.pop("max_side", None)
     if ablations or tools is not None or budget is not None:
         from countgym.errors import UserError
 
-        raise UserError(f"video arm {arm!r} takes no ablations (choose the prompt by arm: video-p1/p2/p3)")
-    return video_env_options(arm)
+        raise UserError(f"video arm {arm!r} takes only max_side (choose the prompt by arm: video-p1/p2/p3)")
+    opts = video_env_options(arm)
+    if max_side is not None:
+        opts["max_side"] = max_side
+    return opts
+
+
+def video_takes(arm: str) -> frozenset[str]:
+    """The option keys that change what a video arm sends or scores (the prompt is its name)."""
+    return frozenset({"max_side", "reward", "thinking"})
 
 
 def _family_backend(arm: str, model: str, **options: Any) -> Any:
@@ -149,5 +158,6 @@ ARM_FAMILY = ArmFamily(
     env_options=_family_env_options,
     backend=_family_backend,
     policy=lambda arm, backend: VideoDirect(backend),
+    takes=video_takes,
 )
 """The CountVideoBench arms (one call per video; the prompt by arm name)."""

@@ -10,10 +10,16 @@ Frames: a record's tags are pixels of the image the policy saw (``image_size``);
 points are pixels of the stored stimulus (``stimulus_size``). Points are scaled into the tag
 frame, and tau (with its 15 px floor) and distances are measured there.
 
-Which episodes are audited: those with point ground truth whose arm tags, i.e. the episode made
-at least one tag call, ends with tags, or has ``"tag"`` among its enabled tools. Auditing a
-direct-answer episode would score every object as an omission, which says nothing about
-pointing. Episodes that are not audited keep their counting metrics and get NA audit columns.
+Which episodes are audited: those with point ground truth whose arm can point (``arm_points``):
+the episode made at least one tag call or ends with tags, or the tool set its log records
+offers the model ``tag`` (the enabled ``tools`` include ``tag`` and the first message is not an
+answer-only prompt, ``direct`` or ``cot``). The arm's name is never consulted: a ``direct`` arm
+logged with ``tools = tag+crop`` still asks for a number only. ``list`` and ``tiles`` point (the
+model lists coordinates that become tags; the paper audits them, Section 5.2), video and
+CounterCount episodes do not. Auditing an arm that cannot point would score every object as an
+omission, which says nothing about pointing: such episodes keep their counting metrics, get
+empty point-level columns (on-target ... cardinality consistency, pointing error, the tau
+sensitivity) and ``audit_note`` = ``arm cannot point`` (``NO_POINTING``).
 """
 
 from __future__ import annotations
@@ -182,14 +188,38 @@ def count_tag_calls(record: EpisodeRecord) -> int:
     return sum(1 for s in record.steps if s.action is not None and s.action.get("tool") == "tag")
 
 
+ANSWER_ONLY_PROMPTS = frozenset({"direct", "cot"})
+"""First-message protocols that ask for a number only: whatever tools are enabled, the model is
+never told about them (``envs.image_env``)."""
+
+NO_POINTING = "arm cannot point"
+"""``audit_note`` of an episode whose arm cannot place points (``arm_points``)."""
+NO_POINTS = "no ground-truth points"
+"""``audit_note`` of a pointing episode on a stimulus without point ground truth."""
+NO_STIMULUS = "stimulus not found"
+"""``audit_note`` of an episode whose stimulus could not be found (or is not the one it saw)."""
+
+
 def _tools_include_tag(record: EpisodeRecord) -> bool:
     for opts in (record.env_options, record.arm.options):
         tools = opts.get("tools")
         if isinstance(tools, str):
             tools = tools.replace(",", " ").split()
-        if isinstance(tools, list | tuple | set | frozenset) and "tag" in tools:
-            return True
+        if isinstance(tools, list | tuple | set | frozenset):
+            return "tag" in tools
     return False
+
+
+def arm_points(record: EpisodeRecord) -> bool:
+    """Whether an episode's arm can place points, read from its log: it made a tag call or
+    ended with tags, or it ran the image task with ``tag`` among the tools its first message
+    offered (enabled ``tools``; ``prompt`` not answer-only). The arm's name is not consulted."""
+    if count_tag_calls(record) > 0 or record.tags:
+        return True
+    if task_of(record) != "image":
+        return False
+    prompt = record.env_options.get("prompt", record.arm.options.get("prompt"))
+    return prompt not in ANSWER_ONLY_PROMPTS and _tools_include_tag(record)
 
 
 def _meta_value(v: Any) -> Any:
@@ -231,7 +261,7 @@ class _StimulusLookup:
 
 _BASE_EXTRA_COLUMNS = (
     "seed", "answered", "acc10", "signed_error", "revised", "n_steps", "audited", "image_w",
-    "image_h", "extracted_by", "task", "audit_cut", "reasoning_tokens", "simulated",
+    "image_h", "extracted_by", "task", "audit_cut", "reasoning_tokens", "simulated", "audit_note",
 )  # fmt: skip
 
 
@@ -289,7 +319,9 @@ def audit_episodes(
     Columns: ``CONTRACT_COLUMNS`` first, then ``seed, answered, acc10, signed_error, revised,
     n_steps, audited, image_w, image_h, extracted_by, task, reasoning_tokens`` (the steps'
     reported reasoning tokens summed, NA when none was reported), ``simulated`` (a simulated
-    model answered), one column per option that can vary
+    model answered), ``audit_note`` (why an episode has no point-level audit: ``NO_POINTING``,
+    ``NO_POINTS``, ``NO_STIMULUS`` or the ``audit_cut`` reason; empty when audited), one
+    column per option that can vary
     between cells (``arms.OPTION_COLUMNS``: tools as ``tag+grid+answer``, budget, verify, ...,
     empty where an option does not apply), the tau-sensitivity columns and ``meta_keys``.
     ``resolve`` maps a record's ``dataset`` to a ``Dataset`` (default
@@ -348,15 +380,15 @@ def audit_episodes(
         answer = rec.answer
         frame = rec.image_size or rec.stimulus_size
         audit: TagAudit | None = None
-        too_big = _too_big(n_tags, stim) if stim is not None and stim.points is not None else None
+        points = tag_calls > 0 or n_tags > 0 or arm_points(rec)
+        too_big = _too_big(n_tags, stim) if points and stim is not None and stim.points is not None else None
         if too_big:
             cut.append(rec.episode_id)
-        if (
-            not too_big
-            and stim is not None
-            and stim.points is not None
-            and (tag_calls > 0 or n_tags > 0 or _tools_include_tag(rec))
-        ):
+        note = (
+            NO_POINTING if not points else NO_STIMULUS if stim is None
+            else NO_POINTS if stim.points is None else too_big
+        )  # fmt: skip
+        if points and not too_big and stim is not None and stim.points is not None:
             key = (rec.dataset, rec.stimulus_id, rec.image_size)
             if key in gt_cache:
                 gt_cache.move_to_end(key)
@@ -425,7 +457,7 @@ def audit_episodes(
         c["answered"].append(answer is not None)
         c["acc10"].append(acc10)
         c["signed_error"].append(signed)
-        c["revised"].append(tag_calls >= 2)
+        c["revised"].append(tag_calls >= 2 if points else pd.NA)
         c["n_steps"].append(len(rec.steps))
         c["audited"].append(audit is not None)
         c["image_w"].append(frame[0] if frame else None)
@@ -435,6 +467,7 @@ def audit_episodes(
         c["audit_cut"].append(too_big)
         c["reasoning_tokens"].append(reasoning_tokens(rec))
         c["simulated"].append(rec.simulated is not None)
+        c["audit_note"].append(note)
         for k, v in arm_memo.option_values(rec).items():
             c[k].append(v)
         meta = stim.meta if stim is not None else {}
@@ -490,7 +523,7 @@ _DTYPES: dict[str, str] = {
     "answered": "bool",
     "acc10": "boolean",
     "signed_error": "float64",
-    "revised": "bool",
+    "revised": "boolean",
     "n_steps": "int64",
     "audited": "bool",
     "image_w": "Int64",

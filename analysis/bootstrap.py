@@ -25,6 +25,8 @@ class BootstrapResult:
     high: float
     confidence: float
     n_resamples: int
+    note: str | None = None
+    """Why the interval is empty (not estimable: ``ci_reason``), or None."""
 
 
 def _check_bootstrap_args(n_resamples: int, confidence: float) -> None:
@@ -93,6 +95,59 @@ def percentile_interval(samples: np.ndarray, confidence: float = 0.95) -> tuple[
     return float(lo), float(hi)
 
 
+MIN_CI_ITEMS = 5
+"""Fewest items (images, episodes, stimuli, pairs: whatever the bootstrap resamples) a percentile
+interval is reported for. With fewer, a resampled mean takes only a handful of values and the
+percentile interval is not a 95 % interval of anything; it is reported as not estimable."""
+
+CI_NOTE = "ci_note"
+"""Column that says why a table row's interval(s) are empty (not estimable)."""
+
+
+def ci_reason(
+    samples: np.ndarray | None, n_items: int, low: float = float("nan"), high: float = float("nan"),
+    *, unit: str = "items",
+) -> str | None:
+    """Why a bootstrap interval over ``n_items`` resampled items cannot be reported, or None.
+
+    Not estimable: fewer than ``MIN_CI_ITEMS`` items; no resample has a value; every resample
+    gives the same value (every outcome equal, e.g. all correct); or the interval collapses to
+    one value (``low == high``). Such an interval is reported empty, never as ``[x, x]``."""
+    if n_items < MIN_CI_ITEMS:
+        return f"{n_items} {unit}, fewer than {MIN_CI_ITEMS}"
+    if samples is not None:
+        s = np.asarray(samples, dtype=float).ravel()
+        s = s[~np.isnan(s)]
+        if len(s) == 0:
+            return "no resample has a value"
+        if s.min() == s.max():
+            return f"no resample of the {n_items} {unit} changes the value (every outcome alike)"
+    if not (np.isnan(low) or np.isnan(high)) and low == high:
+        return "95 % of resamples give the same value"
+    return None
+
+
+def estimable_interval(
+    samples: np.ndarray, n_items: int, confidence: float = 0.95, *, unit: str = "items"
+) -> tuple[float, float, str | None]:
+    """``percentile_interval`` with ``ci_reason``: (low, high, None), or (NaN, NaN, reason)."""
+    lo, hi = percentile_interval(samples, confidence)
+    why = ci_reason(samples, n_items, lo, hi, unit=unit)
+    return (float("nan"), float("nan"), why) if why else (lo, hi, None)
+
+
+def join_notes(notes: dict[str, str | None]) -> str | None:
+    """``{"em": "3 items ...", "r80": None}`` -> ``"em: 3 items ..."`` (None when all are None);
+    metrics with the same reason share it (``em, mae: ...``)."""
+    by_reason: dict[str, list[str]] = {}
+    for k, v in notes.items():
+        if v:
+            by_reason.setdefault(v, []).append(k)
+    if not by_reason:
+        return None
+    return "; ".join(f"{', '.join(ks)}: {why}" for why, ks in by_reason.items())
+
+
 def bootstrap_ratio_ci(
     numerator: np.ndarray,
     denominator: np.ndarray | None = None,
@@ -110,8 +165,8 @@ def bootstrap_ratio_ci(
     total = den.sum()
     estimate = float(num.sum() / total) if total > 0 else float("nan")
     samples = bootstrap_ratios(num[None], den[None], n_resamples=n_resamples, seed=seed)[0]
-    low, high = percentile_interval(samples, confidence)
-    return BootstrapResult(estimate, low, high, confidence, n_resamples)
+    low, high, note = estimable_interval(samples, int(np.count_nonzero(den)), confidence)
+    return BootstrapResult(estimate, low, high, confidence, n_resamples, note)
 
 
 def bootstrap_mean_ci(

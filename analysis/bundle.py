@@ -179,6 +179,7 @@ def write_audit_files(
     parser: Any = None,
     judge_backend: Any = None,
     warn: Callable[[str], None] | None = None,
+    command: Sequence[str] | None = None,
 ) -> AuditFiles:
     """Audit ``records`` and write every table, figure and the HTML report into ``out_dir``.
 
@@ -190,7 +191,8 @@ def write_audit_files(
     rules left without a count (CountVideoBench, Section 5.1). Both are cached under
     ``out_dir`` (``countercount/judge-cache``, ``countvideo/parser-cache``); see
     ``countgym.analysis.extraction``; ``judge_backend(model, api_base)`` builds the same-model
-    judge. ``warn`` receives one line per extraction problem."""
+    judge. ``warn`` receives one line per extraction problem. ``command`` (the audit's command
+    line) lets the report spell the command that judges replies left unjudged."""
     from countgym.analysis.extraction import AnswerResolver
     from countgym.analysis.task_sections import task_of_record
 
@@ -250,7 +252,8 @@ def write_audit_files(
     from countgym.analysis.task_sections import write_task_sections
 
     task_paths, sections = write_task_sections(
-        source.view(task_positions), out, seed=seed, episodes=tables.episodes
+        source.view(task_positions), out, seed=seed, episodes=tables.episodes,
+        judge_note=resolution.judge_summary(command),
     )
     fig_paths.update({p.stem: p for p in task_paths if p.suffix == ".png"})
     # Every task's episodes: the viewer replays each one's observation (tool-loop steps,
@@ -260,7 +263,7 @@ def write_audit_files(
         tables,
         figures=figures,
         viewer=view,
-        provenance={**_provenance(versions, tables, n_logs, n_resamples, seed), **resolution.provenance()},
+        provenance={**_provenance(versions, tables, n_logs, n_resamples, seed), **resolution.provenance(command)},
         extra_sections=[*finger_sections(extras), *sections],
         simulated=sorted(sim_sources) if sim_sources else None,
     )

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from .audit import AUDIT_LABELS
-from .bootstrap import percentile_interval
+from .bootstrap import ci_reason, percentile_interval
 from .summary import _audit_row
 
 POOLED_BATTERIES: tuple[str, ...] = ("dotarrays", "fsc147")
@@ -45,6 +45,8 @@ def median_ci(
         k = min(step, n_resamples - start)
         boot[start : start + k] = np.median(v[rng.integers(0, len(v), size=(k, len(v)))], axis=1)
     lo, hi = percentile_interval(boot, confidence)
+    if ci_reason(boot, len(v), lo, hi):  # not estimable: never [x, x]
+        lo = hi = float("nan")
     return float(np.median(v)), lo, hi
 
 

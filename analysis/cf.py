@@ -31,7 +31,7 @@ from countgym.logs import EpisodeRecord, read_records
 from countgym.secrets import scrub_data
 from countgym.stimulus import Dataset, Stimulus
 
-from .bootstrap import bootstrap_ratios, percentile_interval
+from .bootstrap import CI_NOTE, bootstrap_ratios, estimable_interval, join_notes
 from .naming import model_labels
 
 OUTCOMES: tuple[str, ...] = ("correct", "biased", "other", "no_answer")
@@ -279,9 +279,14 @@ def cf_scores(
             "other_error_rate": (cf["other_error"],),
             "no_answer_rate": (~cf["answered"],),
         }
+        notes: dict[str, str | None] = {}
         for name, (col,) in stats.items():
-            est, lo, hi = _rate_ci(col.to_numpy(dtype=float), n_resamples, confidence, _seed(seed, name, keys))
+            unit = "factual items" if name == "factual_accuracy" else "CF items"
+            est, lo, hi, why = _rate_ci(col.to_numpy(dtype=float), n_resamples, confidence, _seed(seed, name, keys), unit)
             row[name], row[f"{name}_low"], row[f"{name}_high"] = est, lo, hi
+            notes[name] = why
+        row.update(judge_counts(g))
+        row[CI_NOTE] = join_notes(notes)
         rows.append(row)
     out = pd.DataFrame(rows)
     if "intervention" in by and len(out):
@@ -307,12 +312,40 @@ def _without_errors(g: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     return g[~errored], int(errored.sum())
 
 
-def _rate_ci(x: np.ndarray, n_resamples: int, confidence: float, seed: int) -> tuple[float, float, float]:
+def _rate_ci(
+    x: np.ndarray, n_resamples: int, confidence: float, seed: int, unit: str = "items"
+) -> tuple[float, float, float, str | None]:
+    """(rate, low, high, why the interval is not estimable or None)."""
     if len(x) == 0:
-        return float("nan"), float("nan"), float("nan")
+        return float("nan"), float("nan"), float("nan"), None
     samples = bootstrap_ratios(x[None], np.ones_like(x)[None], n_resamples=n_resamples, seed=seed)[0]
-    lo, hi = percentile_interval(samples, confidence)
-    return float(x.mean()), lo, hi
+    lo, hi, why = estimable_interval(samples, len(x), confidence, unit=unit)
+    return float(x.mean()), lo, hi, why
+
+
+JUDGE_COLUMNS: tuple[str, ...] = ("n_judge_needed", "n_judged", "n_unjudged")
+"""Per score row: replies with several numbers (they need the judge, Appendix B.2), how many the
+judge resolved, and how many counted as no answer because no judge resolved them."""
+
+
+def judge_counts(g: pd.DataFrame) -> dict[str, int]:
+    """``JUDGE_COLUMNS`` of a group of the frame (``needs_judge``: the rules found several
+    incompatible numbers; ``method == "judge"``: the judge read it)."""
+    needed = needs_judge(g)
+    judged = (g["method"] == "judge").to_numpy(dtype=bool) if "method" in g.columns else np.zeros(len(g), bool)
+    answered = g["answered"].to_numpy(dtype=bool) if "answered" in g.columns else np.zeros(len(g), bool)
+    return {"n_judge_needed": int(needed.sum()), "n_judged": int((needed & judged).sum()),
+            "n_unjudged": int((needed & ~answered).sum())}
+
+
+def needs_judge(g: pd.DataFrame) -> np.ndarray:
+    """Rows whose reply the rules left ambiguous (several incompatible numbers)."""
+    if "parse_error" not in g.columns:
+        return np.zeros(len(g), dtype=bool)
+    pe = g["parse_error"]
+    return np.array([isinstance(v, str) and v.startswith("ambiguous") for v in pe.tolist()], dtype=bool) | (
+        (g["method"] == "judge").to_numpy(dtype=bool) if "method" in g.columns else False
+    )
 
 
 def _seed(base: int, name: str, keys: tuple[Any, ...]) -> int:
@@ -369,11 +402,15 @@ def paired_deltas(
             treat = unique(g[g[factor] == level])
             common = base.index.intersection(treat.index)
             row = {**dict(zip(by, keys, strict=True)), "factor": factor, "level": level, "baseline": baseline, "n_pairs": len(common)}
+            notes: dict[str, str | None] = {}
             for metric, col in (("accuracy", "correct"), ("bias_rate", "biased")):
                 b = base.loc[common, col].to_numpy(dtype=float)
                 t = treat.loc[common, col].to_numpy(dtype=float)
-                est, lo, hi = _rate_ci(t - b, n_resamples, confidence, _seed(seed, metric + str(level), keys))
+                est, lo, hi, why = _rate_ci(t - b, n_resamples, confidence, _seed(seed, metric + str(level), keys),
+                                            "pairs")
                 row[f"{metric}_delta"], row[f"{metric}_delta_low"], row[f"{metric}_delta_high"] = est, lo, hi
+                notes[f"{metric}_delta"] = why
+            row[CI_NOTE] = join_notes(notes)
             rows.append(row)
     if dropped:
         warnings.warn(

@@ -24,7 +24,7 @@ from itertools import combinations
 import numpy as np
 import pandas as pd
 
-from .bootstrap import bootstrap_ratios, percentile_interval
+from .bootstrap import CI_NOTE, bootstrap_ratios, estimable_interval
 
 BASELINE_ORDER: tuple[str, ...] = (
     "direct", "cot", "list", "tag", "tag-1", "tag+crop", "full", "tiles",
@@ -35,7 +35,7 @@ CONTRAST_METRICS: tuple[str, ...] = ("exact_match_score", "mean_absolute_error")
 
 CONTRAST_COLUMNS: tuple[str, ...] = (
     "dataset", "model", "arm_a", "arm_b", "metric", "n_pairs", "n_images", "value_a", "value_b",
-    "difference", "ci_low", "ci_high", "confidence", "ci_solid",
+    "difference", "ci_low", "ci_high", "confidence", "ci_solid", CI_NOTE,
 )  # fmt: skip
 
 
@@ -53,10 +53,19 @@ class PairedContrast:
     ci_high: float
     confidence: float
     n_resamples: int
+    ci_note: str | None = None
+    """Why the interval is empty (not estimable: ``bootstrap.ci_reason``); never solid then."""
+
+    uniform: bool = False
+    """Every resample gave the same difference (``ci_note`` says so)."""
 
     @property
     def ci_solid(self) -> bool:
-        """True when the interval excludes zero (NaN intervals are not solid)."""
+        """True when the interval excludes zero (NaN intervals are not solid), or when every
+        resample of at least ``MIN_CI_ITEMS`` images gives the same nonzero difference (every
+        image moved the same way: the interval is not shown, the sign is certain)."""
+        if self.uniform:
+            return bool(self.difference != 0)
         return bool(self.ci_low > 0 or self.ci_high < 0)
 
 
@@ -140,7 +149,7 @@ def paired_contrasts(
         ("mean_absolute_error", ae_a, ae_b, both.astype(float)),
     )
     for j, (metric, va, vb, mask) in enumerate(values):
-        lo, hi = percentile_interval(boot[j], confidence)
+        lo, hi, why = estimable_interval(boot[j], int(np.count_nonzero(den[j])), confidence, unit="images")
         out.append(
             PairedContrast(
                 metric=metric,
@@ -153,6 +162,8 @@ def paired_contrasts(
                 ci_high=hi,
                 confidence=confidence,
                 n_resamples=n_resamples,
+                ci_note=why,
+                uniform=why is not None and why.startswith("no resample of"),
             )
         )
     return out[0], out[1]
@@ -218,7 +229,7 @@ def contrasts_table(
                      "metric": c.metric, "n_pairs": c.n_pairs, "n_images": c.n_images,
                      "value_a": c.value_a, "value_b": c.value_b, "difference": c.difference,
                      "ci_low": c.ci_low, "ci_high": c.ci_high, "confidence": c.confidence,
-                     "ci_solid": c.ci_solid}
+                     "ci_solid": c.ci_solid, CI_NOTE: c.ci_note}
                 )  # fmt: skip
     if dropped:
         warnings.warn(

@@ -46,17 +46,76 @@ class Resolution:
     notes: list[str] = field(default_factory=list)
     parser_model: str | None = None
     judge_models: list[str] = field(default_factory=list)
+    judge_mode: str = "off"
+    """``off`` (no judge), ``same`` (each reply's own model, the paper's setting) or a model id."""
+    cf_replies: int = 0
+    """CounterCount replies seen."""
+    judge_needed: int = 0
+    """CounterCount replies with several incompatible numbers (the rules give no count)."""
+    judge_unresolved: int = 0
+    """Of those, replies no judge resolved: they count as no answer."""
+    judge_endpoint_named: bool = False
+    """Some unresolved reply's log names an endpoint (``--judge-option api_base=URL`` needed)."""
 
-    def provenance(self) -> dict[str, str]:
-        """Report provenance lines (only for what ran)."""
+    def judge_summary(self, command: Sequence[str] | None = None) -> str | None:
+        """Whether the judge ran, how many replies needed it and how they were counted; with
+        replies left unjudged, the exact command that judges them. None without CounterCount."""
+        if not self.cf_replies:
+            return None
+        judged = self.judge_needed - self.judge_unresolved
+        if self.judge_mode == "off":
+            head = "off (--no-judge)"
+        else:
+            who = self.judge_mode
+            if who == SAME_MODEL:
+                built = [m for m in self.judge_models if m not in ("none", "each run's own model")]
+                who = ("each run's own model in its baseline configuration (the paper's setting, CounterCount "
+                       f"Section 3){': ' + ', '.join(built) if built else ''}")
+            head = f"{'ran' if judged or not self.judge_needed else 'could not run (see the notes)'}: {who}"
+        text = (f"{head}; {self.judge_needed} of {self.cf_replies} CounterCount replies named several numbers "
+                f"and needed it: {judged} judged (scored as the number the judge read), "
+                f"{self.judge_unresolved} counted as no answer")
+        if self.judge_unresolved:
+            text += " for want of a judge" if self.judge_mode == "off" else " (the judge could not read them)"
+            cmd = judge_command(command, endpoint=self.judge_endpoint_named)
+            text += f"; judge them with: {cmd}"
+        return text
+
+    def provenance(self, command: Sequence[str] | None = None) -> dict[str, str]:
+        """Report provenance lines (the judge's whenever there are CounterCount replies)."""
         out: dict[str, str] = {}
         if self.parser_model:
             out["answer parser"] = f"{self.parser_model} ({self.parsed} replies resolved)"
-        if self.judge_models:
-            out["judge"] = f"{', '.join(self.judge_models)} ({self.judged} replies resolved)"
+        judge = self.judge_summary(command)
+        if judge:
+            out["judge"] = judge
         if self.notes:
             out["extraction notes"] = "; ".join(self.notes)
         return out
+
+
+def judge_command(command: Sequence[str] | None, *, endpoint: bool = False) -> str:
+    """The ``countgym audit`` command that judges the CounterCount replies: ``command`` (the
+    audit's own command line, or a placeholder) with ``--no-judge`` / ``--judge ...`` replaced
+    by ``--judge same`` (plus ``--judge-option api_base=URL`` when a log names an endpoint)."""
+    import shlex
+
+    args = list(command) if command else ["countgym", "audit", "RUNS", "--out", "OUT"]
+    kept: list[str] = []
+    skip = False
+    for a in args:
+        if skip:
+            skip = False
+            continue
+        if a in ("--judge", "--judge-option"):
+            skip = True
+            continue
+        if a == "--no-judge" or a.startswith(("--judge=", "--judge-option=")):
+            continue
+        kept.append(a)
+    kept += ["--judge", SAME_MODEL]
+    text = shlex.join(kept)
+    return text + (" --judge-option api_base=URL" if endpoint else "")
 
 
 def resolve_answers(
@@ -101,6 +160,8 @@ class AnswerResolver:
         self.ds_cache: dict[str, Any] = {}
         self.backends = _Backends(make_backend, self.res, warn)
         self.any_countercount = False
+        if judge is not None:
+            self.res.judge_mode = SAME_MODEL if judge == SAME_MODEL else _model_id(judge)
 
     def step(self, i: int, rec: EpisodeRecord) -> EpisodeRecord:
         """The record with its reply resolved (or itself)."""
@@ -121,10 +182,18 @@ class AnswerResolver:
                 res.parsed += 1
             else:
                 res.unresolved += 1
-        elif judge is not None and task == "countercount" and _judge_candidate(rec):
-            rec = self._judge(rec)
+        elif task == "countercount" and _judge_candidate(rec):
+            res.judge_needed += 1
+            if judge is not None:
+                rec = self._judge(rec)
+            if rec.answer is None:
+                res.judge_unresolved += 1
+                res.judge_endpoint_named |= _log_endpoint(rec) is not None
+        elif task == "countercount" and rec.extracted_by == "judge":
+            res.judge_needed += 1  # judged when it ran (``countgym run`` logs the rules' reading)
         if rec.env_options.get("task") == "countercount":
             self.any_countercount = True
+            res.cf_replies += 1
         return rec
 
     def _judge(self, rec: EpisodeRecord) -> EpisodeRecord:
@@ -267,8 +336,7 @@ class _Backends:
                 self._warn(line)
 
     def same_model(self, rec: EpisodeRecord) -> Any:
-        provider = rec.arm.options.get("provider") or {}
-        api_base = provider.get("api_base") if isinstance(provider, dict) else None
+        api_base = _log_endpoint(rec)
         if isinstance(api_base, str) and ("<redacted>" in api_base or "@" in api_base):
             api_base = None  # credentials were redacted from the log; litellm's own config applies
         key = (rec.model, api_base)
@@ -284,6 +352,13 @@ class _Backends:
                 self._built[key] = None
                 self.note(f"judge: model {rec.model!r} cannot judge its replies ({type(e).__name__}: {e}); left unresolved")
         return self._built[key]
+
+
+def _log_endpoint(rec: EpisodeRecord) -> str | None:
+    """The endpoint (``api_base``) a record's log names for its model, or None."""
+    provider = rec.arm.options.get("provider") or {}
+    api_base = provider.get("api_base") if isinstance(provider, dict) else None
+    return api_base if isinstance(api_base, str) and api_base else None
 
 
 def _ask(

@@ -9,21 +9,25 @@ One section per task, each with its own headline metrics, read from the audit's 
 - CountVideoBench: EM, MAE, support size |S| and prediction perplexity PP (Section 5.2);
 - CounterCount: factual accuracy, counterfactual (CF) accuracy and bias rate (Section 3).
 
-The table fits 100 columns: long names are shortened from the left (``...name``), numbers
-are rounded to what a glance needs. The full tables (with confidence intervals) are the
+The table fits 100 columns: a name too long for its column is printed as a short key (``A1``
+for an arm, ``D1`` a dataset, ``M1`` a model) spelled out in a key table under the table, as
+the report's figures do (``facets.LabelKeys``), so the part of a name that tells cells apart is
+never cut; numbers are rounded to what a glance needs. The full tables (with confidence intervals) are the
 audit's CSVs and report.
 """
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from .naming import distinct_cuts
+from .facets import LabelKeys
 
 if TYPE_CHECKING:
     from countgym.logs import EpisodeRecord
@@ -142,20 +146,39 @@ def _table(head: Sequence[str], rows: list[list[str]], right_from: int) -> list[
     return lines
 
 
-def _name_columns(rows: list[list[str]], numeric_width: int, n_names: int) -> list[list[str]]:
-    """Shorten the name columns so every line fits ``WIDTH``."""
+_KEYS: ContextVar[dict[str, LabelKeys] | None] = ContextVar("glance_keys", default=None)
+"""The key tables of the table being rendered, one per kind of name (shared by its sections)."""
+
+MIN_NAME = 6
+"""The narrowest a name column gets (its keys, ``A12``, and the header fit)."""
+
+KEY_PREFIXES = {"dataset": "D", "arm": "A", "model": "M", "format": "F", "intervention": "I"}
+"""Key prefix per name column (``A1`` is an arm)."""
+
+
+def _name_columns(
+    rows: list[list[str]], numeric_width: int, n_names: int, head: Sequence[str] = ()
+) -> list[list[str]]:
+    """Fit the name columns so every line fits ``WIDTH``: a name longer than its column's width
+    becomes a key (``A1``) that ``render`` spells out under the table."""
     budget = WIDTH - 2 - numeric_width - 2 * n_names
-    caps = [max(8, budget // n_names)] * n_names
-    for _ in range(3):  # give unused width of narrow columns to wide ones
-        used = [min(cap, max((len(r[i]) for r in rows), default=0)) for i, cap in enumerate(caps)]
-        spare = budget - sum(used)
-        wide = [i for i in range(n_names) if max((len(r[i]) for r in rows), default=0) > caps[i]]
-        if spare <= 0 or not wide:
+    caps = [max((len(_text(r[i])) for r in rows), default=0) for i in range(n_names)]
+    # Key the widest columns first, each down to what the others leave (short names in a keyed
+    # column stay as they are), until the names fit.
+    for i in sorted(range(n_names), key=lambda i: -caps[i]):
+        if sum(caps) <= budget:
             break
-        caps = [used[i] + (spare // len(wide) if i in wide else 0) for i in range(n_names)]
-    # Cut in the middle, keeping the part that tells cells apart: two different names never
-    # print as the same text.
-    cols = [distinct_cuts([_text(r[i]) for r in rows], caps[i]) for i in range(n_names)]
+        caps[i] = max(MIN_NAME, budget - (sum(caps) - caps[i]))
+    # Never cut a name (the part that tells cells apart may be anywhere in it): key it instead.
+    tables = _KEYS.get()
+    if tables is None:
+        tables = {}
+    cols = []
+    for i in range(n_names):
+        kind = str(head[i]) if i < len(head) else f"name{i}"
+        keys = tables.setdefault(kind, LabelKeys(prefix=KEY_PREFIXES.get(kind, "K")))
+        keys.limit = caps[i]
+        cols.append(keys.shorts([_text(r[i]) for r in rows]))
     return [[cols[i][j] if i < n_names else c for i, c in enumerate(r)] for j, r in enumerate(rows)]
 
 
@@ -185,10 +208,12 @@ def _image_section(g: Glance) -> list[str]:
             row += [_num(r.get(f"{k}_per100"), ".1f") if has else _DASH
                     for k in ("on_target", "duplicate", "phantom", "omission")]
         rows.append(row)
-    rows = _name_columns(rows, _numeric_width(head, rows, 3), 3)
+    rows = _name_columns(rows, _numeric_width(head, rows, 3), 3, head)
     title = "image task (EM exact match, MAE mean abs. error, R80 counting range, + censored)"
     if audited:
         title += ";\n  on-tgt, dup, phant, omit: tag audit per 100 ground-truth objects"
+        if "audit_note" in s.columns and (s["audit_note"].astype(str) == "arm cannot point").any():
+            title += " ('-': arm cannot point)"
     title += ":"
     return [*title.split("\n"), *_table(head, rows, 3)]
 
@@ -201,7 +226,7 @@ def _video_section(g: Glance) -> list[str]:
     rows = [[_dataset(r["dataset"]), str(r["arm"]), str(r["model"]), _int(r["n_episodes"]), _int(r["errors"]),
              _num(r["em"], ".2f"), _num(r["mae"], ".2f"), _int(r.get("support_size")),
              _num(r.get("prediction_perplexity"), ".1f")] for _, r in s.iterrows()]
-    rows = _name_columns(rows, _numeric_width(head, rows, 3), 3)
+    rows = _name_columns(rows, _numeric_width(head, rows, 3), 3, head)
     return ["CountVideoBench (EM, MAE, support size |S|, prediction perplexity PP):", *_table(head, rows, 3)]
 
 
@@ -215,9 +240,21 @@ def _cf_section(g: Glance) -> list[str]:
         rows.append([str(r["model"]), str(r["format"]), str(r["intervention"]), n, _int(r.get("errors")),
                      _num(r.get("factual_accuracy"), ".2f"), _num(r.get("cf_accuracy"), ".2f"),
                      _num(r.get("bias_rate"), ".2f")])
-    rows = _name_columns(rows, _numeric_width(head, rows, 3), 3)
+    rows = _name_columns(rows, _numeric_width(head, rows, 3), 3, head)
     return ["CounterCount (factual and CF accuracy; bias = CF answers equal to the canonical count):",
-            *_table(head, rows, 3)]
+            *_table(head, rows, 3), *_judge_lines(g.cf)]
+
+
+def _judge_lines(cf: pd.DataFrame) -> list[str]:
+    """Whether the judge ran on the table's replies, how many needed it and how they counted."""
+    if "n_judge_needed" not in cf.columns:
+        return []
+    total = lambda c: int(pd.to_numeric(cf[c], errors="coerce").fillna(0).sum())  # noqa: E731
+    needed, judged, left = total("n_judge_needed"), total("n_judged"), total("n_unjudged")
+    line = f"judge: {needed} replies named several numbers: {judged} judged, {left} counted as no answer"
+    if not left:
+        return [line]
+    return [line + ";", "  judge them: countgym audit RUNS --out OUT --judge same (the paper's setting)"]
 
 
 def _numeric_width(head: Sequence[str], rows: list[list[str]], n_names: int) -> int:
@@ -226,15 +263,58 @@ def _numeric_width(head: Sequence[str], rows: list[list[str]], n_names: int) -> 
     return sum(max(len(x) for x in col) + 2 for col in cols)
 
 
+def _key_lines(tables: dict[str, LabelKeys]) -> list[str]:
+    """The key table: each key and the full name it stands for (wrapped, never cut)."""
+    entries = [(key, kind, label) for kind, keys in tables.items() for key, label in keys.table]
+    if not entries:
+        return []
+    width = max(len(k) for k, _, _ in entries)
+    lines = ["keys (names too long for the table):"]
+    for key, kind, label in entries:
+        first = f"  {key.ljust(width)}  {kind}: "
+        lines.extend(textwrap.wrap(label, WIDTH, initial_indent=first, subsequent_indent=" " * len(first),
+                                   break_on_hyphens=False, break_long_words=True) or [first.rstrip()])
+    return lines
+
+
+def _selection_lines(g: Glance) -> list[str]:
+    """Which stimuli the rows hold, when some row holds less than its whole dataset (``--limit``)."""
+    from .summary import primary_rows
+
+    s = primary_rows(g.summary)
+    if "selection" not in s.columns:
+        return []
+    found = [str(v) for v in s["selection"].tolist() if isinstance(v, str) and v]
+    if not found or all(v.startswith("all ") for v in found):
+        return []
+    counts: dict[str, int] = {}
+    for v in found:
+        counts[v] = counts.get(v, 0) + 1
+    parts = [f"{v} ({k} row{'s' if k != 1 else ''})" if len(counts) > 1 else v for v, k in counts.items()]
+    return _wrap("stimuli: " + "; ".join(parts))
+
+
+def _wrap(text: str) -> list[str]:
+    """``text`` in lines of at most ``WIDTH`` characters (continuations indented)."""
+    return textwrap.wrap(text, WIDTH, subsequent_indent="  ", break_on_hyphens=False)
+
+
 def render(g: Glance, *, where: str) -> str:
     """The table as text (every line at most ``WIDTH`` characters), ending with ``where``: the
     line that says where the full tables are."""
-    sections = [s for s in (_image_section(g), _video_section(g), _cf_section(g)) if s]
+    tables: dict[str, LabelKeys] = {}
+    token = _KEYS.set(tables)
+    try:
+        sections = [s for s in (_image_section(g), _video_section(g), _cf_section(g)) if s]
+    finally:
+        _KEYS.reset(token)
     simulated = "simulated" in g.summary.columns and g.summary["simulated"].astype(str).str.lower().eq("true").any()
     lines: list[str] = []
     for s in sections:
         if simulated:  # every table says so, as the report does
             lines.append("SIMULATED: answered by a simulated model (--simulate), not a real model")
         lines.extend(s)
+    lines.extend(_key_lines(tables))
+    lines.extend(_selection_lines(g))
     lines.append(where)
     return "\n".join(lines) + "\n"

@@ -34,6 +34,7 @@ from .r80 import (
     counting_range_table,
     extended_curve_table,
 )
+from .selection import mark_selection
 from .stimuli import Resolver, StimulusCache
 from .summary import DEFAULT_BY, summarize
 
@@ -132,6 +133,7 @@ def compute_tables(
         r80_threshold=r80_threshold,
     )
     summary = mark_simulated(summary, episodes)
+    summary = mark_selection(summary, episodes, cache)
     curve = accuracy_curve_table(episodes, CURVE_BY, threshold=r80_threshold)
     extended = extended_curve_table(episodes, threshold=r80_threshold)
     if len(extended):

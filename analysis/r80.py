@@ -65,6 +65,8 @@ class CountingRange:
     accuracy: tuple[float, ...]
     fit: tuple[float, ...]
     n_images: tuple[int, ...]
+    ci_note: str | None = None
+    """Why the interval is empty (not estimable), e.g. one image per count level."""
 
 
 # --- validation ---------------------------------------------------------------------------------
@@ -191,6 +193,21 @@ def _resampled_means(r: np.ndarray, n_resamples: int, rng: np.random.Generator) 
     return out
 
 
+def _r80_ci_reason(sizes: np.ndarray, b_idx: np.ndarray, lo: float, hi: float) -> str | None:
+    """Why R80's interval is not estimable (the images resampled within each level cannot move
+    it), or None."""
+    from .bootstrap import MIN_CI_ITEMS, ci_reason
+
+    if int(sizes.max()) < 2:
+        return "one image per count level: resampling within levels cannot move R80"
+    if int(sizes.sum()) < MIN_CI_ITEMS:
+        return ci_reason(None, int(sizes.sum()), unit="images")
+    b = np.asarray(b_idx)
+    if len(b) and (b == b[0]).all():
+        return f"every resample gives the same R80 ({lo:g})" if not np.isnan(lo) else "no resample reaches 80 %"
+    return ci_reason(None, int(sizes.sum()), lo, hi, unit="images")
+
+
 def counting_range(
     n_true: Sequence[int] | np.ndarray,
     correct: Sequence[float] | np.ndarray,
@@ -221,6 +238,7 @@ def counting_range(
     r80 = float(levels[idx]) if idx >= 0 else float("nan")
     censored = bool(idx == len(levels) - 1)
     lo = hi = float("nan")
+    note: str | None = None
     if n_resamples > 0:
         rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
         boot = np.empty((n_resamples, len(levels)))
@@ -231,6 +249,9 @@ def counting_range(
         q_lo, q_hi = np.quantile(b_idx, [alpha, 1.0 - alpha], method="inverted_cdf")
         lo = float(levels[int(q_lo)]) if q_lo >= 0 else float("nan")
         hi = float(levels[int(q_hi)]) if q_hi >= 0 else float("nan")
+        note = _r80_ci_reason(sizes, b_idx, lo, hi)
+        if note:
+            lo = hi = float("nan")
     return CountingRange(
         r80=r80,
         ci_low=lo,
@@ -242,6 +263,7 @@ def counting_range(
         accuracy=tuple(float(v) for v in acc),
         fit=tuple(float(v) for v in fit),
         n_images=tuple(int(v) for v in sizes),
+        ci_note=note,
     )
 
 
@@ -406,7 +428,7 @@ def extended_curve_table(episodes: pd.DataFrame, *, threshold: float = R80_THRES
 
 RANGE_TABLE_COLUMNS: tuple[str, ...] = (
     "model", "arm", "curve", "datasets", "n_images", "n_levels", "n_min", "n_max", "r80",
-    "r80_ci_low", "r80_ci_high", "r80_censored",
+    "r80_ci_low", "r80_ci_high", "r80_censored", "ci_note",
 )  # fmt: skip
 
 
@@ -435,6 +457,7 @@ def counting_range_table(
              "n_images": int(sum(cr.n_images)), "n_levels": len(cr.levels),
              "n_min": min(cr.levels) if cr.levels else None,
              "n_max": max(cr.levels) if cr.levels else None, "r80": cr.r80,
-             "r80_ci_low": cr.ci_low, "r80_ci_high": cr.ci_high, "r80_censored": cr.censored}
+             "r80_ci_low": cr.ci_low, "r80_ci_high": cr.ci_high, "r80_censored": cr.censored,
+             "ci_note": cr.ci_note}
         )  # fmt: skip
     return pd.DataFrame(rows, columns=list(RANGE_TABLE_COLUMNS))

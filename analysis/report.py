@@ -101,10 +101,13 @@ def fmt_num(v: object, digits: int = 2) -> str:
 
 
 def fmt_ci(est: object, lo: object, hi: object, digits: int = 2) -> str:
-    """``est [lo, hi]`` (the interval left out when missing)."""
+    """``est [lo, hi]``; ``est [–]`` when the interval is not estimable (``ci_note`` says
+    why), never ``[x, x]``; just ``–`` without an estimate."""
     s = fmt_num(est, digits)
-    if _missing(lo) or _missing(hi):
+    if _missing(est):
         return s
+    if _missing(lo) or _missing(hi) or lo == hi:
+        return f"{s} [–]"
     return f"{s} [{fmt_num(lo, digits)}, {fmt_num(hi, digits)}]"
 
 
@@ -278,6 +281,7 @@ def summary_section(summary: pd.DataFrame) -> str:
             "revision = share of tagging trajectories with a second tag call.</p>"
             + html_table(audited, _present(SUMMARY_KEYS + SUMMARY_AUDIT, audited), table_id="summary-audit-table")
         )
+    audit += _no_pointing_note(summary) + ci_notes_html(summary)
     return (
         '<section id="summary"><h2>Summary</h2>'
         "<p class=\"note\">One row per dataset, arm and model; a dataset holding several "
@@ -286,6 +290,50 @@ def summary_section(summary: pd.DataFrame) -> str:
         "wrong); MAE over answered items; R80 = counting range fitted on the main battery only "
         "(≥: right-censored, still at or above 80 % at the largest n); |S| = support size, "
         "PP = prediction perplexity 2^H.</p>" + counting + audit + "</section>"
+    )
+
+
+MAX_CI_NOTES = 12
+"""Rows whose not-estimable intervals a table's footnote explains one by one."""
+
+
+def ci_notes_html(df: pd.DataFrame, keys: Sequence[str] = ("dataset", "arm", "model")) -> str:
+    """The footnote under a table with ``[–]`` intervals: which rows, and why not estimable."""
+    from .bootstrap import CI_NOTE, MIN_CI_ITEMS
+
+    if CI_NOTE not in df.columns:
+        return ""
+    rows = df[df[CI_NOTE].map(lambda v: isinstance(v, str) and bool(v))]
+    if rows.empty:
+        return ""
+    items = []
+    for r in rows.head(MAX_CI_NOTES).to_dict("records"):
+        name = " · ".join(short_dataset(r[k]) if k == "dataset" else str(r[k]) for k in keys if k in r)
+        items.append(f"<li>{esc(name)}: {esc(r[CI_NOTE])}</li>")
+    more = f"<li>and {len(rows) - MAX_CI_NOTES} more rows (column {CI_NOTE})</li>" if len(rows) > MAX_CI_NOTES else ""
+    return (
+        f'<div class="note ci-notes"><p>[–]: interval not estimable, never shown as [x, x]: the bootstrap '
+        f"cannot vary with fewer than {MIN_CI_ITEMS} items, when every outcome is alike, or (R80) with one "
+        f"image per count level. The reason is in the {CI_NOTE} column of the CSV.</p><ul>"
+        + "".join(items) + more + "</ul></div>"
+    )
+
+
+def _no_pointing_note(summary: pd.DataFrame) -> str:
+    """The footnote naming the arms left out of the point-level audit because they cannot point."""
+    from .audit import NO_POINTING
+
+    if "audit_note" not in summary.columns or "arm" not in summary.columns:
+        return ""
+    rows = summary[summary["audit_note"].astype(str) == NO_POINTING]
+    if rows.empty:
+        return ""
+    arms = ", ".join(sorted({str(a) for a in rows["arm"]}))
+    return (
+        f'<p class="note" id="summary-no-pointing">Not in the point-level audit, {NO_POINTING} (the tool '
+        "set its log records offers no tag, or the prompt asks for a number only): on-target, "
+        "duplicate, phantom, omission, cardinality consistency, pointing error and revision are "
+        f"empty for these arms (audit_note in episodes.csv and summary.csv), not 0 or 100: {esc(arms)}.</p>"
     )
 
 
@@ -313,6 +361,7 @@ def contrasts_section(contrasts: pd.DataFrame) -> str:
         "stimulus and repeat; 95 % percentile bootstrap over images. CI-solid: the interval "
         "excludes zero. MAE differences use the pairs where both arms answered.</p>"
         + html_table(contrasts, cols, table_id="contrasts-table")
+        + ci_notes_html(contrasts, ("dataset", "model", "arm_a", "arm_b", "metric"))
         + "</section>"
     )
 
@@ -572,6 +621,15 @@ VIEWER_JS = r"""
     box.appendChild(dl);
     if (e.note) { box.appendChild(el("p", "note", e.note)); }
     if (e.error) { textBlock(box, "error", e.error, "error"); }
+    if (e.prompt) {
+      var asked = el("details", "asked");
+      asked.open = true;
+      asked.appendChild(el("summary", null, "what the model was asked (first observation)"));
+      textBlock(asked, "system prompt", e.prompt.system, "prompt");
+      textBlock(asked, "tools (native protocol)", e.prompt.tools, "prompt");
+      textBlock(asked, "user message", e.prompt.user, "prompt");
+      box.appendChild(asked);
+    }
     e.steps.forEach(function (s, j) {
       var row = el("div", "step");
       row.appendChild(picture(e.frames[j] || null, "observation " + j + (j === 0 ? " (start)" : "")));
@@ -663,6 +721,7 @@ figcaption { color: var(--muted); font-size: 12.5px; }
 pre { white-space: pre-wrap; word-break: break-word; background: var(--alt); border: 1px solid var(--line);
       border-radius: 3px; padding: 6px 8px; margin: 2px 0; font-size: 12px; max-height: 260px; overflow: auto; }
 pre.error { background: #fff1f0; } pre.reply { background: #f0f6ff; }
+pre.prompt { background: #f7f3ea; } details.asked { margin: 4px 0 8px; } details.asked > summary { cursor: pointer; color: var(--muted); }
 .meta { color: var(--muted); font-size: 12px; margin: 4px 0; }
 .legend { font-size: 12px; color: var(--muted); }
 .swatch { display: inline-block; width: 11px; height: 11px; border-radius: 50%; border: 3px solid; vertical-align: -1px; }

@@ -13,6 +13,9 @@ one row per group and level of a key (by default the true count n).
   (thousandths of the shorter side); every audited episode is one image trajectory.
 - Revision rate is the share of trajectories with a second tag call among those with at least
   one tag call.
+- Point-level columns (audit rates, cardinality consistency, pointing error, revision, tau)
+  are empty (NaN) for a group none of whose episodes was audited; ``audit_note`` says why
+  (``arm cannot point`` for arms whose logged tool set offers no ``tag``: ``audit.arm_points``).
 - R80 (``counting_range``): the counting range with its bootstrap CI (images resampled within
   each level) and its right-censoring flag, fitted on the main battery only
   (``r80.curve_rows``); ``n_levels`` is the number of tested counts of that curve.
@@ -28,6 +31,9 @@ one row per group and level of a key (by default the true count n).
 - EM and MAE come with percentile bootstrap CIs that resample episodes within the group, with a
   fresh ``numpy.random.default_rng(seed)`` per group so a group's interval does not depend on
   which other groups are summarised.
+- An interval the bootstrap cannot give (fewer than ``bootstrap.MIN_CI_ITEMS`` items, every
+  outcome equal, one image per count level for R80) is empty, never ``[x, x]``; ``ci_note``
+  says why (``bootstrap.ci_reason``).
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ import pandas as pd
 
 from .arms import OPTION_COLUMNS
 from .audit import AUDIT_LABELS, TAU_SCALES, scale_label
-from .bootstrap import bootstrap_ratios, percentile_interval
+from .bootstrap import CI_NOTE, bootstrap_ratios, estimable_interval, join_notes
 from .distribution import prediction_perplexity, support_size
 from .metrics import counting_scores
 from .r80 import R80_THRESHOLD, curve_rows, range_for_group
@@ -73,7 +79,7 @@ def summary_columns(
         *by, *(["set", "scope"] if "set" not in by else ["scope"]),
         *(k for k in OPTION_COLUMNS if k not in by), *_COUNTING_COLUMNS, *_RANGE_COLUMNS, "n_audited", "n_objects",
         *(f"{lab}_per100" for lab in AUDIT_LABELS),
-        "cardinality_consistency", "pointing_error", "revision_rate", "tau_median", *sens,
+        "cardinality_consistency", "pointing_error", "revision_rate", "tau_median", *sens, "audit_note", CI_NOTE,
     ]  # fmt: skip
 
 
@@ -135,9 +141,10 @@ def _counting_row(
     num = np.stack([(pred == y[scored]).astype(float), np.where(ok, abs_err, 0.0)])
     den = np.stack([np.ones(len(pred)), ok.astype(float)])
     boot = bootstrap_ratios(num, den, n_resamples=n_resamples, seed=seed)
-    em_lo, em_hi = percentile_interval(boot[0], confidence)
-    mae_lo, mae_hi = percentile_interval(boot[1], confidence)
+    em_lo, em_hi, em_why = estimable_interval(boot[0], len(pred), confidence, unit="episodes")
+    mae_lo, mae_hi, mae_why = estimable_interval(boot[1], int(ok.sum()), confidence, unit="answered episodes")
     return {
+        "_notes": {"em": em_why, "mae": mae_why},
         "n_episodes": len(g),
         "errors": errors,
         "n_answered": sc.n_answered,
@@ -161,6 +168,7 @@ def _range_row(
         curve_rows(g), threshold=threshold, n_resamples=n_resamples, confidence=confidence, seed=seed
     )
     return {
+        "_notes": {"r80": cr.ci_note},
         "r80": cr.r80,
         "r80_ci_low": cr.ci_low,
         "r80_ci_high": cr.ci_high,
@@ -194,14 +202,31 @@ def _audit_row(g: pd.DataFrame, tau_scales: Sequence[float]) -> dict[str, Any]:
     tagging = g["tag_calls"].to_numpy() >= 1
     row["cardinality_consistency"] = _nanmean(_float(g["cardinality_consistent"]))
     row["pointing_error"] = _nanmedian(_float(a["pointing_error"]))
-    row["revision_rate"] = _nanmean(np.where(tagging, g["revised"].to_numpy(dtype=float), np.nan))
+    row["revision_rate"] = _nanmean(np.where(tagging, _float(g["revised"]), np.nan))
     row["tau_median"] = _nanmedian(_float(a["tau"]))
     for s in tau_scales:
         sfx = scale_label(s)
         for lab in AUDIT_LABELS:
             col = f"{lab}_{sfx}"
             row[f"{lab}_per100_{sfx}"] = _per100(a, col, n_objects) if col in a else float("nan")
+    row["audit_note"] = _audit_note(g, len(a))
     return row
+
+
+def _audit_note(g: pd.DataFrame, n_audited: int) -> str | None:
+    """Why a group's point-level columns are empty (``arm cannot point``, ...), or how many of
+    its episodes are left out of them; None when every episode was audited."""
+    if "audit_note" not in g.columns:
+        return None
+    notes = [v for v in g["audit_note"].tolist() if isinstance(v, str) and v]
+    if not notes:
+        return None
+    if n_audited == 0:
+        return "; ".join(sorted(set(notes)))
+    counts: dict[str, int] = {}
+    for v in notes:
+        counts[v] = counts.get(v, 0) + 1
+    return "; ".join(f"{k} ({v} episodes not audited)" for k, v in sorted(counts.items()))
 
 
 def _option_row(g: pd.DataFrame, keys: Sequence[str]) -> dict[str, Any]:
@@ -241,13 +266,16 @@ def summarize(
     _check_options(n_resamples, confidence)
     def row(key_values: dict[str, Any], group: pd.DataFrame, scope: str) -> dict[str, Any]:
         g, errors = _without_errors(group)
+        counting = _counting_row(g, n_resamples, confidence, seed, errors)
+        ranged = _range_row(g, n_resamples, confidence, seed, r80_threshold)
         return {
             **key_values,
             "scope": scope,
             **_option_row(group, keys),
-            **_counting_row(g, n_resamples, confidence, seed, errors),
-            **_range_row(g, n_resamples, confidence, seed, r80_threshold),
+            **counting,
+            **ranged,
             **_audit_row(g, tau_scales),
+            CI_NOTE: join_notes({**counting.pop("_notes", {}), **ranged.pop("_notes", {})}),
         }
 
     rows = []
@@ -304,5 +332,7 @@ def accuracy_by(
     rows = []
     for k, group in episodes.groupby(group_keys, sort=True, dropna=False):
         g, errors = _without_errors(group)
-        rows.append({**_group_key_dict(group_keys, k), **_counting_row(g, n_resamples, confidence, seed, errors)})
-    return pd.DataFrame(rows, columns=[*group_keys, *_COUNTING_COLUMNS])
+        counting = _counting_row(g, n_resamples, confidence, seed, errors)
+        counting[CI_NOTE] = join_notes(counting.pop("_notes", {}))
+        rows.append({**_group_key_dict(group_keys, k), **counting})
+    return pd.DataFrame(rows, columns=[*group_keys, *_COUNTING_COLUMNS, CI_NOTE])

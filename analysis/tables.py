@@ -174,12 +174,15 @@ def write_audit_files(
     parser: Any = None,
     judge_backend: Any = None,
     warn: Any = None,
+    command: Sequence[str] | None = None,
 ) -> AuditFiles:
     """Like ``write_audit``, returning every written path (tables, figures, report).
 
     ``judge`` (a ``ChatModel``, or ``"same"``: each reply's own model) resolves ambiguous
     CounterCount replies (Appendix B.2); ``parser`` (a ``ChatModel``) resolves video replies
-    the rules left open (CountVideoBench, Section 5.1); see ``countgym.analysis.extraction``."""
+    the rules left open (CountVideoBench, Section 5.1); see ``countgym.analysis.extraction``.
+    ``command``: the audit's command line, from which the report spells the command that judges
+    replies left unjudged."""
     errors: list[LogLineError] = []
     paths, records = _split_sources(paths_or_records)
     files = _log_files(paths) if paths else []
@@ -203,6 +206,7 @@ def write_audit_files(
             parser=parser,
             judge_backend=judge_backend,
             warn=warn,
+            command=command,
         )
     except NoEpisodes:
         raise UserError(

@@ -42,6 +42,10 @@ COLUMN_LABELS: dict[str, str] = {
     "max_local_excess_value": "excess at",
     "max_local_deficit": "max deficit",
     "max_local_deficit_value": "deficit at",
+    "n_judge_needed": "needed judge",
+    "n_judged": "judged",
+    "n_unjudged": "no answer for want of judge",
+    "ci_note": "[–]: why no CI",
 }
 """Report headers of the task tables (the CSVs keep the column names)."""
 
@@ -52,15 +56,21 @@ def task_of_record(record: EpisodeRecord) -> str:
 
 
 def _section(
-    anchor: str, title: str, nav: str, note: str, tables: dict[str, pd.DataFrame], figures: Sequence[Path], root: Path
+    anchor: str, title: str, nav: str, note: str, tables: dict[str, pd.DataFrame], figures: Sequence[Path], root: Path,
+    caption: str | None = None,
 ) -> str:
-    """A task section: its tables in the Summary's ``value [95% CI]`` format, then its figures
-    (captioned with their file in the audit folder)."""
+    """A task section: its tables in the Summary's ``value [95% CI]`` format, each with
+    ``caption`` under it when given, then its figures (captioned with their file in the audit
+    folder)."""
     parts = [section_open(anchor, title, nav), f'<p class="note">{esc(note)}</p>']
+    if caption:
+        parts.append(f'<p class="note judge-note"><b>Judge</b>: {esc(caption)}</p>')
     for name, df in tables.items():
         if df is not None and len(df):
             parts.append(f"<h3>{esc(name)}</h3>")
             parts.append(ci_table(df, labels=COLUMN_LABELS))
+            if caption:
+                parts.append(f'<p class="note judge-caption">judge: {esc(caption)}</p>')
     seen_anchors: set[str] = set()
     for fig in figures:
         base = re.sub(r"_\d+$", "", fig.stem)
@@ -155,9 +165,12 @@ def video_scores(df: pd.DataFrame, *, seed: int = 0, n_resamples: int = 2000) ->
         err = np.where(answered, np.abs(np.nan_to_num(pred) - truth), 0.0)
         em = bootstrap_ratio_ci(hit.astype(float), n_resamples=n_resamples, seed=seed)
         mae = bootstrap_ratio_ci(err, answered.astype(float), n_resamples=n_resamples, seed=seed)
+        from countgym.analysis.bootstrap import join_notes
+
         rows.append({"model": name, "exact_match_low": em.low, "exact_match_high": em.high,
-                     "mae_low": mae.low, "mae_high": mae.high})  # fmt: skip
-    return pd.DataFrame(rows, columns=["model", "exact_match_low", "exact_match_high", "mae_low", "mae_high"])
+                     "mae_low": mae.low, "mae_high": mae.high,
+                     "ci_note": join_notes({"exact_match": em.note, "mae": mae.note})})  # fmt: skip
+    return pd.DataFrame(rows, columns=["model", "exact_match_low", "exact_match_high", "mae_low", "mae_high", "ci_note"])
 
 
 _CLASS_ID = re.compile(r"-(red|green|blue|yellow|purple)-(cube|sphere)-", re.IGNORECASE)
@@ -199,6 +212,16 @@ def video_frame(records: Sequence[EpisodeRecord], episodes: pd.DataFrame | None 
     return df
 
 
+def _judge_note_of(frame: pd.DataFrame) -> str:
+    """The judge line of a CounterCount frame resolved outside the audit's pass."""
+    from countgym.analysis import cf
+
+    c = cf.judge_counts(frame)
+    ran = "ran" if c["n_judged"] else "did not run"
+    return (f"{ran}; {c['n_judge_needed']} of {len(frame)} replies named several numbers and needed it: "
+            f"{c['n_judged']} judged, {c['n_unjudged']} counted as no answer")
+
+
 def _with_cis(table: pd.DataFrame, cis: pd.DataFrame) -> pd.DataFrame:
     """``table`` with each ``X_low``/``X_high`` of ``cis`` placed right after its column ``X``."""
     merged = table.merge(cis, on="model", how="left")
@@ -206,6 +229,7 @@ def _with_cis(table: pd.DataFrame, cis: pd.DataFrame) -> pd.DataFrame:
     for c in table.columns:
         order.append(c)
         order += [b for b in (f"{c}_low", f"{c}_high") if b in cis.columns]
+    order += [c for c in cis.columns if c == "ci_note" and c not in order]
     return merged[order]
 
 
@@ -216,12 +240,15 @@ def write_task_sections(
     seed: int = 0,
     judge: Any = None,
     episodes: pd.DataFrame | None = None,
+    judge_note: str | None = None,
 ) -> tuple[list[Path], list[str]]:
     """Write the per-task outputs of non-image episodes; return (paths, HTML sections).
 
     ``judge`` (a ``ChatModel``) resolves CounterCount replies with several incompatible numbers
     (Appendix B.2), cached under ``out/countercount/judge-cache``. ``episodes`` (the audit's
-    episodes table) supplies the video stimuli's shape and colour."""
+    episodes table) supplies the video stimuli's shape and colour. ``judge_note`` (whether the
+    judge ran, how many replies needed it, how they were counted: ``Resolution.judge_summary``)
+    heads the CounterCount section and captions each of its tables."""
     paths: list[Path] = []
     sections: list[str] = []
     cf_records = [r for r in records if task_of_record(r) == "countercount"]
@@ -259,6 +286,7 @@ def write_task_sections(
                 },
                 [p for p in written if p.suffix == ".png"],
                 out,
+                caption=judge_note or _judge_note_of(frame),
             )
         )
     video = [r for r in records if task_of_record(r) == "video"]

@@ -47,6 +47,8 @@ class ViewerOptions:
     jpeg_quality: int = 80
     max_reply_chars: int = 4000
     """Longer replies are cut (the log keeps them whole)."""
+    max_prompt_chars: int = 8000
+    """Longer first-observation texts (system prompt, tool schema) are cut."""
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,7 @@ class ViewerData:
 
 def check_viewer_options(options: ViewerOptions) -> None:
     """Raise ``ValueError`` naming the first bad option."""
-    for name in ("max_episodes", "max_bytes", "thumb_px", "overlay_px", "max_reply_chars"):
+    for name in ("max_episodes", "max_bytes", "thumb_px", "overlay_px", "max_reply_chars", "max_prompt_chars"):
         v = getattr(options, name)
         if not isinstance(v, int) or v < 0 or (v == 0 and name != "max_episodes"):
             raise ValueError(f"viewer option {name} must be a positive integer, got {v!r}")
@@ -118,11 +120,12 @@ def _uncropped(record: EpisodeRecord) -> EpisodeRecord:
 def _render(record: EpisodeRecord, stimuli: StimulusCache, opts: ViewerOptions) -> dict[str, Any]:
     from countgym.envs.replay import contact_sheet, episode_task, replay_observation
 
-    out: dict[str, Any] = {"frames": [], "overlay": None, "note": None, "single_step": False}
+    out: dict[str, Any] = {"frames": [], "overlay": None, "note": None, "single_step": False, "prompt": None}
     ds = stimuli.dataset(record.dataset)
     if ds is None:
         out["note"] = f"dataset {record.dataset!r} not found: no images"
         return out
+    out["prompt"] = _prompt(record, ds, opts)
     try:
         if episode_task(record) != "image":
             # Single-step tasks: one observation (the image or the sampled frames as a sheet),
@@ -144,6 +147,18 @@ def _render(record: EpisodeRecord, stimuli: StimulusCache, opts: ViewerOptions) 
     except (UserError, OSError, ValueError) as e:
         out["note"] = f"images unavailable: {e}"
     return out
+
+
+def _prompt(record: EpisodeRecord, dataset: Any, opts: ViewerOptions) -> dict[str, Any] | None:
+    """What the model was asked first (system prompt, tools, question), or None when the
+    environment cannot rebuild it."""
+    from countgym.envs.replay import first_observation_text
+
+    try:
+        text = first_observation_text(record, dataset)
+    except Exception:  # noqa: BLE001 - a moved dataset or an unknown plug-in environment
+        return None
+    return {k: _cut(v, opts.max_prompt_chars) for k, v in text.items() if v}
 
 
 def _step_entry(step: Any, limit: int) -> dict[str, Any]:

@@ -40,20 +40,15 @@ def first_request():
         first_request.done = True
         heavy = ",".join(m for m in HEAVY if m in sys.modules) or "-"
         print(f"PROBE request {cpu():.3f} {heavy}", file=sys.stderr, flush=True)
-# The direct transport's requests leave through the lean HTTP/1.1 pool (from the episode's
-# thread, or on the event loop); the litellm transport's through httpx, which is imported here
-# only when that path runs.
-import countgym.agents.backends.http1 as http1
-_post = http1.Http1Pool.post
-def post(self, *a, **k):
-    first_request()
-    return _post(self, *a, **k)
-http1.Http1Pool.post = post
-_post_blocking = http1.Http1Pool.post_blocking
-def post_blocking(self, *a, **k):
-    first_request()
-    return _post_blocking(self, *a, **k)
-http1.Http1Pool.post_blocking = post_blocking
+# The direct transport's requests leave through httpcore's pool (from the episode's thread); the
+# litellm transport's through httpx, which is imported here only when that path runs.
+if "transport=litellm" not in ARGS:
+    import httpcore
+    _handle = httpcore.ConnectionPool.handle_request
+    def handle_request(self, *a, **k):
+        first_request()
+        return _handle(self, *a, **k)
+    httpcore.ConnectionPool.handle_request = handle_request
 if "transport=litellm" in ARGS:
     import httpx
     _send = httpx.AsyncClient.send

@@ -97,6 +97,10 @@ class CellSpec:
         }
         if self.env:
             payload["env_id"] = self.env  # absent for the dataset's own env: old logs resume
+        code = policy_version(self.agent)
+        if code is not None:
+            # A plug-in's code is part of its cell: an edited policy never shares a log with the old one.
+            payload["policy_version"] = code
         folder = folder_of(self.dataset)
         if folder is not None:
             # Cell ids name a folder by its name only; two folders of one name stay apart here.
@@ -107,6 +111,40 @@ class CellSpec:
         """File name of the cell's log."""
         model = self.model or self.agent
         return f"{_slug(dataset_label(self.dataset))}__{_slug(self.agent)}__{_slug(model)}__{self.key()}.jsonl"
+
+
+_SOURCE_HASHES: dict[str, tuple[Any, str]] = {}
+"""Module name -> (the module object, the hash of its source file when it was first asked for)."""
+
+
+def policy_version(agent: str) -> str | None:
+    """The code identity of a plug-in policy (``package.module:ClassName``): the ``version`` its
+    class declares (``v:<version>``), else a hash of its module's source file (``src:<hash>``),
+    read once per imported module, so a process keeps the identity of the code it runs even if
+    the file is edited meanwhile. None for built-in agents and for a module whose source cannot
+    be read (its import error is reported where it is loaded)."""
+    if ":" not in agent:
+        return None
+    import importlib.util
+
+    module_name, _, attr = agent.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+        declared = getattr(getattr(module, attr, None), "version", None)
+        if isinstance(declared, str | int | float) and not isinstance(declared, bool):
+            return f"v:{declared}"
+        memo = _SOURCE_HASHES.get(module_name)
+        if memo is not None and memo[0] is module:
+            return f"src:{memo[1]}"
+        spec = importlib.util.find_spec(module_name)
+        origin = spec.origin if spec is not None else None
+        if not origin or not os.path.isfile(origin):
+            return None
+        digest = hashlib.sha256(Path(origin).read_bytes()).hexdigest()[:12]
+        _SOURCE_HASHES[module_name] = (module, digest)
+        return f"src:{digest}"
+    except Exception:  # noqa: BLE001 - identity only; loading the policy reports the real problem
+        return None
 
 
 def _split_folder(dataset: str) -> tuple[str, str]:
@@ -148,46 +186,85 @@ def dataset_label(dataset: str) -> str:
 
 
 def limited_ids(stimuli: Sequence[Any], limit: int | None) -> list[str]:
-    """``limit`` stimulus ids stratified by true count, in manifest order (all when ``limit`` is
-    None or not smaller than the dataset).
+    """The first ``limit`` stimulus ids of the dataset's stratified order (all, in manifest
+    order, when ``limit`` is None).
 
-    The rule of the named subsets (``dotarrays:common``): the count levels share the limit
-    equally, the remainder going to evenly spaced levels (``level_quotas``); a level with fewer
-    stimuli than its share gives them all and the rest is shared again among the other levels.
-    Inside a level the picks are spread evenly over its stimuli in manifest order. Stimuli of
-    one pair (``meta.pair_id``: CounterCount's factual and counterfactual image) are taken
-    together, at the level of the pair's counterfactual count, so a paired dataset runs whole
-    pairs (K or K + 1 stimuli). Deterministic: the same manifest and limit give the same ids.
+    The stratified order (``stratified_order``) interleaves the count levels: round after round
+    it takes one stimulus of each level that has one left, visiting the levels in an evenly
+    spread order (the middle level first, then the two ends' halves, ...), and inside a level
+    it takes the stimuli in an evenly spread order too (the middle one first). So the levels
+    share any limit equally (a level's share differs by at most one from another's), the
+    remainder goes to levels spread over the range, a level with fewer stimuli than its share
+    gives them all and the rest is shared again, and a limit is a prefix: ``--limit 3`` is
+    part of ``--limit 6``, which is part of the whole set. Stimuli of one pair
+    (``meta.pair_id``: CounterCount's factual and counterfactual image) are one unit at the
+    level of the pair's counterfactual count, so a paired dataset runs whole pairs (K or K + 1
+    stimuli). Deterministic: the same manifest and limit give the same ids.
     """
-    ids = [s.id for s in stimuli]
-    if limit is None or limit >= len(ids):
-        return ids
-    from countgym.scenes.batteries import level_quotas
+    if limit is None:
+        return [s.id for s in stimuli]
+    out: list[str] = []
+    for unit in stratified_order(stimuli):
+        if len(out) >= limit:
+            break
+        out.extend(unit)
+    return out
 
+
+def stratified_order(stimuli: Sequence[Any]) -> list[list[str]]:
+    """Every stimulus id in the order ``limited_ids`` takes them, as units (one id, or the ids
+    of one pair)."""
     units: dict[str, list[Any]] = {}
     for s in stimuli:
         units.setdefault(str(s.meta.get("pair_id") or f"id:{s.id}"), []).append(s)
-    by_level: dict[int, list[str]] = {}
-    for key, members in units.items():
+    by_level: dict[int, list[list[str]]] = {}
+    for members in units.values():
         cf = [m for m in members if m.meta.get("kind") == "cf"]
-        by_level.setdefault((cf or members)[0].n, []).append(key)
-    levels = sorted(by_level)
-    wanted = min(len(units), max(1, -(-limit * len(units) // len(ids))))
-    take = dict.fromkeys(levels, 0)
-    open_levels = levels
-    while wanted and open_levels:
-        for n, quota in zip(open_levels, level_quotas(len(open_levels), wanted), strict=True):
-            add = min(quota, len(by_level[n]) - take[n])
-            take[n] += add
-            wanted -= add
-        open_levels = [n for n in open_levels if take[n] < len(by_level[n])]
-    chosen = {m.id for n in levels for key in _spread(by_level[n], take[n]) for m in units[key]}
-    return [i for i in ids if i in chosen]
+        by_level.setdefault((cf or members)[0].n, []).append([m.id for m in members])
+    levels = [sorted(by_level)[i] for i in spread_order(len(by_level))]
+    queues = {n: [by_level[n][i] for i in spread_order(len(by_level[n]))] for n in levels}
+    order: list[list[str]] = []
+    for r in range(max((len(q) for q in queues.values()), default=0)):
+        order.extend(queues[n][r] for n in levels if r < len(queues[n]))
+    return order
 
 
-def _spread(items: list[str], k: int) -> list[str]:
-    """``k`` of ``items`` at evenly spaced positions (the middle of ``k`` equal parts)."""
-    return [items[(2 * i + 1) * len(items) // (2 * k)] for i in range(k)]
+def spread_order(k: int) -> list[int]:
+    """``0 .. k-1`` in an evenly spread order: every prefix is spread over the range (the
+    middle first, then the middles of the halves left, ...): the positions
+    ``floor(f * k)`` for ``f`` = 1/2, 0, 3/4, 1/4, 5/8, 1/8, 7/8, 3/8, ... (the base-2
+    van der Corput sequence shifted by a half), each taken once."""
+    seen: dict[int, None] = {}
+    depth = 1
+    while len(seen) < k:
+        for j in range(depth):
+            f = (_reverse_bits(j, depth.bit_length() - 1) / depth + 0.5) % 1.0
+            seen.setdefault(min(k - 1, int(f * k)), None)
+        depth *= 2
+    return list(seen)
+
+
+def _reverse_bits(j: int, bits: int) -> int:
+    return int(format(j, f"0{bits}b")[::-1], 2) if bits else 0
+
+
+def selection_text(held: set[str] | frozenset[str], order: Sequence[Sequence[str]]) -> str:
+    """What a cell's log holds, in words: ``all 272``, ``first 6 of the stratified order (of
+    272)``, or ``5 of 272, not a prefix of the stratified order`` (a log written by another
+    ``--limit`` rule, or edited)."""
+    flat = [i for unit in order for i in unit]
+    total = len(flat)
+    inside = held & set(flat)
+    if len(inside) == total:
+        return f"all {total}"
+    taken: set[str] = set()
+    for unit in order:
+        if taken >= inside:
+            break
+        taken.update(unit)
+    if taken == inside:
+        return f"first {len(inside)} of the stratified order (of {total})"
+    return f"{len(inside)} of {total}, not a prefix of the stratified order"
 
 
 def _slug(s: str) -> str:
@@ -284,6 +361,15 @@ def make_cell(
     real_env = env_id or _env_of(dataset)
     check_agent_task(agent, task_of_env(real_env), real_env)
     ablations = dict(ablations or {})
+    # ``tools`` and ``budget`` may come as ablation keys (a sweep's ``ablations``) or explicitly.
+    for name, given in (("tools", tools), ("budget", budget)):
+        value = ablations.pop(name, None)
+        if value is not None and given is not None and value != given:
+            raise UserError(f"{name} given twice ({given!r} and ablation {name} = {value!r}): give it once")
+        if name == "tools":
+            tools = tools if tools is not None else value
+        else:
+            budget = budget if budget is not None else value
     thinking = ablations.get("thinking")
     env_options = cell_env_options(agent, env_class(real_env), tools=tools, budget=budget, **ablations)
     agent_options = dict(agent_options or {})

@@ -8,6 +8,7 @@ import os
 import select
 import sys
 import warnings
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -239,14 +240,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="episodes in the report's trajectory viewer (0: no viewer; default 40)")
     a.add_argument("--resamples", type=_positive_int, default=2000, help="bootstrap resamples (default 2000)")
     a.add_argument("--judge", default=None, metavar="MODEL",
-                   help="judge replies with several numbers with this model, or 'same' for "
-                        "each run's own model (the paper's setting) at the endpoint you name with "
-                        "--judge-option api_base=URL; cached. Default: no model calls (an endpoint named "
-                        "in a log never receives your key)")
+                   help="judge CounterCount replies with several numbers with this model, or 'same' "
+                        "(the default, the paper's setting): each run's own model in its baseline "
+                        "configuration, at the endpoint you name with --judge-option api_base=URL when "
+                        "its log names one (an endpoint named in a log never receives your key; such "
+                        "replies count as no answer, and the report gives the command that judges them); "
+                        "cached")
     a.add_argument("--judge-option", action="append", default=[], metavar="KEY=VALUE",
                    help="backend option for the judge (repeatable), e.g. api_base=...")
     a.add_argument("--no-judge", action="store_true",
-                   help="leave replies with several numbers unresolved (no judge calls; the default)")
+                   help="no judge calls: replies with several numbers count as no answer (the report "
+                        "says how many)")
     a.add_argument("--parser", default=None, metavar="MODEL",
                    help="resolve video replies the rules leave without a count with this model "
                         "parser (the paper uses Qwen2.5-7B); cached")
@@ -276,7 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     cl.add_argument("--all", action="store_true", dest="everything", help="remove every entry not being built")
     cl.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
 
-    rp = sub.add_parser("replay", help="re-render one observation of a logged episode")
+    rp = sub.add_parser("replay", help="re-render one observation of a logged episode, or print its transcript")
     rp.add_argument("runfile", help="the episode log (.jsonl) that holds the episode, or its run folder")
     rp.add_argument("--episode", default=None,
                     help="episode id, a unique suffix of it (STIMULUS/r0), or a stimulus id")
@@ -288,6 +292,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="PNG file to write (video: a contact sheet of the sampled frames, or a folder with --frames)")
     rp.add_argument("--frames", action="store_true",
                     help="video episodes: write one PNG per sampled frame into the folder --out")
+    rp.add_argument("--text", action="store_true",
+                    help="also print the transcript (system prompt, question, replies) when writing --out; "
+                         "without --out it is printed by default")
     rp.add_argument("--data", default=None, help="dataset folder, if it moved since the run")
     return p
 
@@ -389,6 +396,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     kept = (f" ({res.kept_errors} of them ended in an error and are kept; --force runs the cell afresh)"
             if res.kept_errors else "")
     msg = f"{res.ran} episodes run{retried}, {res.skipped} already done{kept}, {res.errors} errors -> {res.log}"
+    if res.selection:
+        msg += f"\n{selection_line(res, spec.limit)}"
     if res.stopped_by_cost:
         msg += f" (stopped at the spend cap: ${res.cost:.4f})"
     if res.unknown_cost_calls:
@@ -405,6 +414,17 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     _print_glance(log_files_of(res.log), Path(args.out))
     return 0
+
+
+def selection_line(res: Any, limit: int | None) -> str:
+    """Which stimuli a cell holds after a run, and how that relates to what the run asked for."""
+    line = f"the cell holds {res.selection}"
+    if "not a prefix" in res.selection:
+        return line + " (written under an older --limit rule; --force starts the cell afresh)"
+    if res.held > res.asked:
+        line += (f": more than this run's --limit {limit} (its first {res.asked}), from an earlier run;"
+                 " the table shows all it holds")
+    return line
 
 
 def _print_glance(files: Sequence[Path], out: Path) -> None:
@@ -431,7 +451,7 @@ def all_failed(res: Any) -> bool:
 
 def failure_summary(res: Any) -> str:
     """One line for a cell whose episodes all failed: how many, the first error, the log."""
-    first = res.error_messages[0].splitlines()[0] if res.error_messages else "no message"
+    first = (_scrub(res.error_messages[0]).splitlines() or [""])[0] if res.error_messages else "no message"
     if len(first) > 200:
         first = first[:197] + "..."
     return _scrub(f"all {res.ran} episodes ended in error (first: {first}); they are recorded in {res.log}")
@@ -459,9 +479,26 @@ def same_model_judge(make: Any, options: dict[str, Any]) -> Any:
     return build
 
 
+def _write_audit(write: Any, logs: Any, args: argparse.Namespace, judge: Any, parser: Any, hooks: dict[str, Any]) -> Any:
+    """``write_audit_files`` as ``countgym audit`` calls it."""
+    from countgym.analysis.viewer import ViewerOptions
+
+    return write(
+        logs,
+        Path(args.out),
+        judge=judge,
+        parser=parser,
+        **hooks,
+        warn=lambda line: print(f"warning: {_scrub(line)}", file=sys.stderr),
+        n_resamples=args.resamples,
+        report=True,
+        viewer=ViewerOptions(max_episodes=args.viewer_episodes),
+        command=["countgym", "audit", *args.runs, "--out", str(args.out)],
+    )
+
+
 def cmd_audit(args: argparse.Namespace) -> int:
     from countgym.analysis.tables import write_audit_files
-    from countgym.analysis.viewer import ViewerOptions
     from countgym.logs import find_logs
 
     logs = find_logs(args.runs)
@@ -476,31 +513,27 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
     if args.no_judge and (args.judge or args.judge_option):
         raise UserError("--no-judge cannot be combined with --judge or --judge-option")
-    if args.judge_option and not args.judge:
-        raise UserError("--judge-option needs --judge MODEL (the default judge is the run's own model)")
     if args.parser_option and not args.parser:
         raise UserError("--parser-option needs --parser MODEL")
-    # No model is called unless the auditor asks, and never at an endpoint a log names: a shared
-    # run folder must not be able to collect the auditor's key (``same_model_judge``).
+    # The judge is the run's own model (the paper's setting), but never at an endpoint a log
+    # names: a shared run folder must not be able to collect the auditor's key
+    # (``same_model_judge``); such replies count as no answer and the report says how to judge them.
     judge: Any = None
     hooks = audit_hooks()
+    if args.judge is None and not args.no_judge:
+        args.judge = SAME_MODEL  # the paper's setting (CounterCount, Section 3)
+    from countgym.simulate import SimulatedJudges
+
+    simulated = SimulatedJudges()  # replies of a simulated model are judged by it (a local server)
     if args.judge == SAME_MODEL:
         judge = SAME_MODEL
-        hooks = {**hooks, "judge_backend": same_model_judge(hooks.get("judge_backend"), _parse_kv(args.judge_option))}
+        own = same_model_judge(hooks.get("judge_backend"), _parse_kv(args.judge_option))
+        hooks = {**hooks, "judge_backend": simulated.judge_backend(own)}
     elif args.judge:
         judge = make_backend(args.judge, **_parse_kv(args.judge_option))
     parser = make_backend(args.parser, **_parse_kv(args.parser_option)) if args.parser else None
-    files = write_audit_files(
-        logs,
-        Path(args.out),
-        judge=judge,
-        parser=parser,
-        **hooks,
-        warn=lambda line: print(f"warning: {line}", file=sys.stderr),
-        n_resamples=args.resamples,
-        report=True,
-        viewer=ViewerOptions(max_episodes=args.viewer_episodes),
-    )
+    with simulated:
+        files = _write_audit(write_audit_files, logs, args, judge, parser, hooks)
     for name, path in files.tables.items():
         print(f"{name}: {path}")
     print(f"figures: {len(files.figures)} in {Path(args.out) / 'figures'}")
@@ -542,10 +575,18 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_cache(args: argparse.Namespace) -> int:
     from countgym.scenes.cache import cache_root
-    from countgym.scenes.cache_admin import cache_entries, clean_cache, format_bytes
+    from countgym.scenes.cache_admin import (
+        cache_entries,
+        clean_cache,
+        format_bytes,
+        refuse_unmarked,
+        unmarked_roots,
+    )
 
-    entries = cache_entries()
+    unmarked = unmarked_roots()  # adopts an old countgym cache; a folder of other files stays unmarked
     if getattr(args, "cache_command", None) == "clean":
+        refuse_unmarked(unmarked)
+        entries = cache_entries()
         if args.names and (args.partial or args.everything):
             raise UserError("cache clean: give entry names, or --partial/--all, not both")
         known = {e.name for e in entries}
@@ -562,7 +603,11 @@ def cmd_cache(args: argparse.Namespace) -> int:
             print(f"kept {e.path}: a build is in progress", file=sys.stderr)
         print(f"{verb} {len(gone)} entries, {format_bytes(sum(e.bytes for e in gone))}")
         return 0
+    entries = cache_entries()
     print(f"cache: {cache_root()} (set COUNTGYM_CACHE to move it)")
+    for root in unmarked:
+        print(f"  {root} holds files countgym did not make (no countgym marker): `countgym cache clean` "
+              "will not touch it")
     if not entries:
         print("  (empty)")
         return 0
@@ -575,7 +620,7 @@ def cmd_cache(args: argparse.Namespace) -> int:
     stale = [e for e in entries if e.state == "stale"]
     partial = [e for e in entries if e.state == "partial"]
     print(f"{len(entries)} entries, {format_bytes(total)}")
-    if stale or partial:
+    if (stale or partial) and not unmarked:
         print(f"clean up: countgym cache clean (stale: {len(stale)})"
               + (f"; countgym cache clean --partial (interrupted builds: {len(partial)})" if partial else ""))
     return 0
@@ -592,11 +637,15 @@ def cmd_replay(args: argparse.Namespace) -> int:
     logs = find_logs([path])
     if args.list_ids:
         return _list_episodes(iter_records(logs))
-    if not args.episode or not args.out:
-        raise UserError("replay needs --episode ID and --out IMAGE.png "
-                        f"(see the ids with: countgym replay {path} --list)")
+    if not args.episode:
+        raise UserError("replay needs --episode ID (and --out IMAGE.png for the image; without it, "
+                        f"the transcript is printed); see the ids with: countgym replay {path} --list")
     rec = _find_episode(iter_records(logs), args.episode, path)
     ds = resolve_dataset(args.data or rec.dataset)
+    if not args.out or args.text:
+        _print_transcript(rec, ds)
+        if not args.out:
+            return 0
     img = replay_observation(rec, ds, args.step)
     if img.ndim == 4:
         if args.frames:
@@ -613,6 +662,37 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise UserError(f"--frames needs a video episode; {rec.episode_id} shows one image")
     print(f"wrote {write_png(img, args.out)}")
     return 0
+
+
+def _print_transcript(rec: Any, ds: Any) -> None:
+    """Print what the model was asked (the first observation's system prompt, tool schema and
+    user message) and every step's reply and environment message, as Inspect's transcript
+    does. Model-written text is scrubbed of credentials and terminal control characters."""
+    from countgym.envs.replay import first_observation_text
+
+    def block(title: str, text: str | None) -> None:
+        if text:
+            print(f"--- {title} ---")
+            print(_scrub(text))
+
+    truth = rec.truth.n if rec.truth is not None else "?"
+    print(f"episode {_scrub(rec.episode_id)}: arm {_scrub(rec.arm.name)}, model "
+          f"{_scrub(rec.model)}, truth {truth}, answer {rec.answer}, end {rec.end}")
+    try:
+        asked = first_observation_text(rec, ds)
+    except (UserError, KeyError, ValueError, OSError) as e:
+        print(f"(the first observation's text cannot be rebuilt: {_scrub(str(e))})")
+        asked = {}
+    block("system prompt", asked.get("system"))
+    block("tools (native protocol)", asked.get("tools"))
+    block("user (first observation)", asked.get("user"))
+    for st in rec.steps:
+        block(f"step {st.index + 1}: model", st.reply)
+        if st.parse_error:
+            block(f"step {st.index + 1}: parse error", st.parse_error)
+        block(f"step {st.index + 1}: environment", st.message)
+    if rec.error:
+        block("error", rec.error)
 
 
 def _list_episodes(records: Any) -> int:
@@ -669,12 +749,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     cfg = with_overrides(load_config(args.config), out=args.out, limit=args.limit)
     if args.dry_run:
         skipped: list[Any] = []
-        cells = expand(cfg, skipped=skipped)
+        notes: list[str] = []
+        cells = expand(cfg, skipped=skipped, notes=notes)
         labels, common = describe_cells(cells)
         for cell, label in zip(cells, labels, strict=True):
             print(f"{cell.log_name()}  {label}")
         for sk in skipped:
             print(f"skipped: {sk.agent} on {sk.env} {sk.dataset} ({sk.reason})")
+        for line in notes:
+            print(line)
         print(f"{len(cells)} cell{'s' if len(cells) != 1 else ''}" + (f"; common options: {common}" if common else ""))
         sys.stdout.flush()
         # Then what the run checks before its first call (model ids, options, folders): a config
@@ -703,6 +786,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     unknown = sum(r.unknown_cost_calls for r in results)
     unknown_note = f" (+ {unknown} model calls of unknown cost)" if unknown else ""
     print(f"{len(results)} cells, {ran} episodes run, {errors} errors, ${cost:.4f} recorded{unknown_note} -> {cfg.out}")
+    held = Counter(r.selection for r in results if r.selection)
+    if held:
+        print("cells hold: " + "; ".join(f"{text} ({k} cell{'s' if k != 1 else ''})" for text, k in held.items()))
     from countgym.cells import log_files_of
 
     _print_glance([f for r in results for f in log_files_of(r.log)], Path(cfg.out))
@@ -812,7 +898,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve(argv[1:])
     args = build_parser().parse_args(argv)
     # Warnings (e.g. a skipped corrupt log line) are one line each, like errors.
-    warnings.formatwarning = lambda msg, *a, **k: f"countgym: warning: {msg}\n"
+    warnings.formatwarning = lambda msg, *a, **k: f"countgym: warning: {_scrub(str(msg))}\n"
     _announce_slow_imports()
     try:
         rc = cmd_scenes_make(args) if args.command == "scenes" else COMMANDS[args.command](args)
@@ -868,9 +954,12 @@ def _stdout_is_closed() -> bool:
 
 
 def _scrub(text: str) -> str:
+    """Text that may come from a provider or a model, as printed: secrets masked, terminal
+    control sequences removed (``countgym.termtext``)."""
     from countgym.secrets import scrub_text
+    from countgym.termtext import terminal_safe
 
-    return scrub_text(text)
+    return terminal_safe(scrub_text(text))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ every config at its own size (the papers' studies; hours). Datasets that need a 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
 import sys
 import time
@@ -44,10 +46,14 @@ class Rehearsal:
     skipped: dict[str, str] = field(default_factory=dict)
     """Dataset -> why its cells were skipped."""
     failed_cells: list[str] = field(default_factory=list)
+    index: Path | None = None
+    """The rehearsal's ``index.html`` (its reports and the injected-vs-recovered table)."""
 
 
 def _say(text: str) -> None:
-    print(text, flush=True)
+    from countgym.termtext import terminal_safe
+
+    print(terminal_safe(text), flush=True)  # lines can quote a provider's error
 
 
 def _default_configs() -> Path:
@@ -57,6 +63,30 @@ def _default_configs() -> Path:
     if folder is None:
         raise UserError("no configs/ folder next to this countgym: pass --configs DIR")
     return folder
+
+
+def run_folder(out: Path, config_out: str, config: Path) -> Path:
+    """Where a config's ``out`` goes in a rehearsal: inside ``out``, so that the run folder and
+    its audit folder (``NAME-audit`` beside it) stay under ``--out``. A relative ``out`` is
+    taken under ``--out``; an absolute one is re-rooted there by its last part
+    (``/data/runs/finger`` -> ``OUT/finger``); one that climbs out with ``..``, or names
+    ``--out`` itself, is refused (a ``UserError``)."""
+    given = Path(config_out)
+    parts: list[str] = []
+    for part in (given.name,) if given.is_absolute() else given.parts:
+        if part == "..":
+            if not parts:
+                parts = [".."]
+                break
+            parts.pop()
+        elif part not in ("", "."):
+            parts.append(part)
+    if not parts or parts == [".."]:
+        raise UserError(
+            f"{config}: out = {config_out!r} leaves the rehearsal's --out folder (a rehearsal writes "
+            "only under --out); give a folder inside it, such as \"runs/NAME\""
+        )
+    return out.joinpath(*parts)
 
 
 def rehearse(
@@ -83,8 +113,7 @@ def rehearse(
     plans = []
     for f in files:
         cfg = load_config(f)
-        target = out / cfg.out if not Path(cfg.out).is_absolute() else out / Path(cfg.out).name
-        plans.append((f, with_overrides(cfg, out=str(target), limit=limit)))
+        plans.append((f, with_overrides(cfg, out=str(run_folder(out, cfg.out, f)), limit=limit)))
     result = Rehearsal()
     started = time.monotonic()
     _say(f"rehearsal ({scale}): {len(files)} configs from {folder}, simulated models ({profiles.source} profile)"
@@ -93,7 +122,10 @@ def rehearse(
         for i, (f, cfg) in enumerate(plans, 1):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # --limit notices, one per cell: said once above
-                cells = expand(cfg)
+                notes: list[str] = []
+                cells = expand(cfg, notes=notes)
+            for line in notes:
+                _say(f"  {line}")
             run_dir = Path(cfg.out)
             if run_dir not in result.run_dirs:
                 result.run_dirs.append(run_dir)
@@ -108,16 +140,39 @@ def rehearse(
             continue
         audit_dir = run_dir.with_name(run_dir.name + "-audit")
         _say(f"auditing {run_dir} -> {audit_dir}")
-        _audit(run_dir, audit_dir, quick=scale == "quick")
+        _audit(run_dir, audit_dir, quick=scale == "quick", profiles=profiles)
         result.audit_dirs.append(audit_dir)
     _say(f"rehearsal done in {time.monotonic() - started:.0f} s: {result.cells_run} cells, {result.episodes} episodes, "
          f"{len(result.skipped)} datasets skipped ({', '.join(result.skipped) or 'none'})")
-    print_comparison(result.audit_dirs, profiles)
     from countgym.detectable import print_detectable
 
-    print_detectable(result.audit_dirs, scale=scale)
+    table = io.StringIO()
+    with contextlib.redirect_stdout(table):
+        print_comparison(result.audit_dirs, profiles, scale=scale)
+        print_detectable(result.audit_dirs, scale=scale)
+    sys.stdout.write(table.getvalue())
     print_paper_map(result.audit_dirs)
+    result.index = write_index(out, result, scale=scale, source=str(profiles.source),
+                               seconds=time.monotonic() - started, comparison=table.getvalue())
+    _say(f"\nindex of this rehearsal (its reports, linked to each other, and the table above): {result.index}")
     return result
+
+
+def write_index(out: Path, result: Rehearsal, *, scale: str, source: str, seconds: float, comparison: str) -> Path:
+    """``out/index.html``: the rehearsal's reports and its injected-vs-recovered table; each
+    report gets links to its siblings and the index."""
+    from countgym.analysis.study_index import StudyReport, link_sibling_reports, write_study_index
+
+    reports = [StudyReport(d, _PAPER_OF_FOLDER.get(d.name.removesuffix("-audit"))) for d in result.audit_dirs]
+    facts = [
+        f"Scale: {scale}; simulated models ({source} profile); {seconds:.0f} s.",
+        f"{result.cells_run} cells, {result.episodes} episodes; skipped datasets: "
+        f"{', '.join(sorted(result.skipped)) or 'none'}; failed cells: {len(result.failed_cells)}.",
+    ]
+    index = write_study_index(out / "index.html", reports, title=f"countgym rehearsal ({scale})", facts=facts,
+                              sections=[("Injected vs recovered", comparison.strip("\n"))], simulated=True)
+    link_sibling_reports(reports, index)
+    return index
 
 
 def _run_one(sim: Any, cell: Any, cfg: Any, run_dir: Path, result: Rehearsal) -> None:
@@ -157,9 +212,10 @@ QUICK_VIEWER_EPISODES = 12
 """Episodes in a quick rehearsal's trajectory viewer (the audit's default is 40)."""
 
 
-def _audit(run_dir: Path, audit_dir: Path, *, quick: bool = False) -> None:
+def _audit(run_dir: Path, audit_dir: Path, *, quick: bool = False, profiles: Any = None) -> None:
     """What ``countgym audit RUN_DIR --out AUDIT_DIR`` does, with its defaults (the run's own
-    model as judge: the simulated replies never need one); a failure is one line, not the end.
+    model as judge: the simulated model, on a server of its own, judges the replies it hedged);
+    a failure is one line, not the end.
     ``quick``: fewer bootstrap resamples and viewer episodes (``QUICK_RESAMPLES``,
     ``QUICK_VIEWER_EPISODES``)."""
     from countgym.agents.registry import audit_hooks
@@ -168,14 +224,20 @@ def _audit(run_dir: Path, audit_dir: Path, *, quick: bool = False) -> None:
     from countgym.analysis.tables import write_audit_files
     from countgym.analysis.viewer import ViewerOptions
     from countgym.logs import find_logs
+    from countgym.simulate import SimulatedJudges
+    from countgym.termtext import terminal_safe
 
+    hooks = audit_hooks()
     try:
-        files = write_audit_files(
-            find_logs([run_dir]), audit_dir, judge=SAME_MODEL, parser=None, **audit_hooks(),
-            warn=lambda line: print(f"warning: {line}", file=sys.stderr), report=True,
-            viewer=ViewerOptions(max_episodes=QUICK_VIEWER_EPISODES) if quick else ViewerOptions(),
-            n_resamples=QUICK_RESAMPLES if quick else 2000,
-        )
+        with SimulatedJudges(profiles) as judges:  # the simulated model judges its own replies
+            hooks["judge_backend"] = judges.judge_backend(hooks.get("judge_backend"))
+            files = write_audit_files(
+                find_logs([run_dir]), audit_dir, judge=SAME_MODEL, parser=None, **hooks,
+                warn=lambda line: print(f"warning: {terminal_safe(line)}", file=sys.stderr), report=True,
+                viewer=ViewerOptions(max_episodes=QUICK_VIEWER_EPISODES) if quick else ViewerOptions(),
+                n_resamples=QUICK_RESAMPLES if quick else 2000,
+                command=["countgym", "audit", str(run_dir), "--out", str(audit_dir)],
+            )
     except Exception as e:  # noqa: BLE001 - one folder's audit must not end the rehearsal
         _say(f"  audit of {run_dir} failed: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}")
         return
@@ -203,58 +265,154 @@ def _f(v: Any, digits: int = 1) -> str:
     return "-" if math.isnan(x) else f"{x:.{digits}f}"
 
 
-def comparison_rows(audit_dirs: Sequence[Path], profiles: Any) -> list[list[str]]:
-    """Per audit folder and model: injected values next to what the audit recovered (read from
-    the audit's ``episodes.csv``: the same per-episode columns the summary tables pool)."""
+MIN_VERDICT_ITEMS = 20
+"""Fewest items (audited episodes, CF items, answer-only episodes) a row of the injected-vs-recovered
+table needs for a verdict: with fewer, its 95 % interval is too wide to tell a recovered rate from
+a wrong one, and the row says ``too few to tell``."""
+VERDICT_RESAMPLES = 400
+"""Bootstrap resamples of the table's intervals (items resampled within the model's rows)."""
+
+COMPARISON_HEAD: tuple[str, ...] = ("audit", "model", "metric", "injected", "recovered", "n", "95% CI", "verdict")
+
+
+@dataclass(frozen=True)
+class Check:
+    """One row of the injected-vs-recovered table."""
+
+    audit: str
+    model: str
+    metric: str
+    injected: float | None
+    recovered: float
+    n: int
+    low: float
+    high: float
+    verdict: str
+    digits: int = 1
+
+    def cells(self) -> list[str]:
+        ci = "-" if math.isnan(self.low) else f"[{_f(self.low, self.digits)}, {_f(self.high, self.digits)}]"
+        inj = "-" if self.injected is None else _f(self.injected, self.digits)
+        return [self.audit, self.model, self.metric, inj, _f(self.recovered, self.digits), str(self.n), ci, self.verdict]
+
+
+def _verdict(
+    injected: float | None, low: float, high: float, n: int, why: str | None, estimate: float = float("nan")
+) -> str:
+    if injected is None:
+        return "-"
+    if n < MIN_VERDICT_ITEMS:
+        return f"too few to tell ({n} < {MIN_VERDICT_ITEMS} items)"
+    tol = 1e-9 + 0.05 * abs(injected)  # rounding of the printed profile value
+    if why and why.startswith("no resample of"):  # every item alike: the value is certain
+        low = high = estimate
+    elif why:
+        return f"too few to tell ({why})"
+    elif math.isnan(low) or math.isnan(high):
+        return "too few to tell (no interval)"
+    return "recovered" if low - tol <= injected <= high + tol else "outside"
+
+
+def _check(audit: str, model: str, metric: str, injected: float | None, samples: Any, estimate: float, n: int,
+           digits: int = 1) -> Check:
+    from countgym.analysis.bootstrap import estimable_interval
+
+    lo, hi, why = estimable_interval(samples, n)
+    return Check(audit, model, metric, injected, estimate, n, lo, hi, _verdict(injected, lo, hi, n, why, estimate),
+                 digits)
+
+
+def _ratio_samples(num: Any, den: Any, seed: int) -> Any:
+    from countgym.analysis.bootstrap import bootstrap_ratios
+
+    return bootstrap_ratios(num, den, n_resamples=VERDICT_RESAMPLES, seed=seed)
+
+
+def comparison_checks(audit_dirs: Sequence[Path], profiles: Any) -> list[Check]:
+    """Per audit folder, model and checked rate: injected value, recovered value, items, 95 %
+    bootstrap CI and a verdict (``recovered`` / ``outside`` / ``too few to tell``). Read from the
+    audit's ``episodes.csv`` (the per-episode columns the summary tables pool) and
+    ``countercount/cf_scores.csv``."""
     import numpy as np
 
-    rows: list[list[str]] = []
+    from countgym.analysis.capacity import median_ci
+
+    checks: list[Check] = []
     for d in audit_dirs:
         ep = _read_csv(d / "episodes.csv")
         if ep is None or ep.empty:
             continue
         for model, g in ep.groupby("model", sort=True):
             p = profiles.for_model(str(model))
+            m = str(model)
             audited = g[g["audited"].astype(bool)] if "audited" in g else g.iloc[:0]
-            objects = float(audited["n_true"].sum()) if len(audited) else 0.0
+            if len(audited):
+                n_true = audited["n_true"].to_numpy(dtype=float)
+                for col, inj in (("omission", 100 * p.omission), ("duplicate", 100 * (1 - p.omission) * p.duplicate),
+                                 ("phantom", 100 * p.phantom)):
+                    num = audited[col].to_numpy(dtype=float)
+                    boot = 100 * _ratio_samples(num[None], n_true[None], 0)[0]
+                    est = 100 * num.sum() / n_true.sum() if n_true.sum() else float("nan")
+                    checks.append(_check(d.name, m, f"{col}/100", inj, boot, est, len(audited)))
+                pe = audited["pointing_error"].to_numpy(dtype=float)
+                pe = pe[~np.isnan(pe)]
+                if len(pe):
+                    est, lo, hi = median_ci(pe, n_resamples=VERDICT_RESAMPLES)
+                    from countgym.analysis.bootstrap import ci_reason
 
-            def per100(col: str, frame: Any = audited, n: float = objects) -> str:
-                return _f(100.0 * frame[col].sum() / n) if n else "-"
-
-            answer_only = g[g["arm"].astype(str).isin(("direct", "cot")) | g["arm"].astype(str).str.startswith("video")]
-            mse = "-"
+                    why = ci_reason(None, len(pe), lo, hi)
+                    lo, hi = (float("nan"), float("nan")) if why else (lo, hi)
+                    inj = p.pointing_sigma * math.sqrt(2 * math.log(2))
+                    checks.append(Check(d.name, m, "point.err", inj, est, len(pe), lo, hi,
+                                        _verdict(inj, lo, hi, len(pe), why, est)))
+            cf = _cf_counts(d, m)
+            if cf is not None:
+                biased, n_cf = cf
+                items = np.r_[np.ones(biased), np.zeros(n_cf - biased)]
+                boot = _ratio_samples(items[None], np.ones_like(items)[None], 1)[0]
+                checks.append(_check(d.name, m, "bias rate", p.canonical, boot, biased / n_cf, n_cf, 2))
+            answer_only = _answer_only(g)
             if len(answer_only):
-                n_true = answer_only["n_true"].astype(float)
-                signed = answer_only["signed_error"].astype(float)
-                ok = n_true > 0
-                mse = _f(np.nanmean(signed[ok] / n_true[ok]), 3) if ok.any() else "-"
-            bias = _cf_bias_of(d, str(model))
-            pe = _f(np.nanmedian(audited["pointing_error"].astype(float)), 1) if len(audited) else "-"
-            def pair(injected: str, recovered: str) -> str:
-                return "-" if recovered == "-" else f"{injected}/{recovered}"  # measured here or not
-
-            rows.append([
-                d.name, str(model),
-                pair(f"{100 * p.omission:.1f}", per100("omission")),
-                pair(f"{100 * (1 - p.omission) * p.duplicate:.1f}", per100("duplicate")),
-                pair(f"{100 * p.phantom:.1f}", per100("phantom")),
-                pair(f"{p.pointing_sigma * math.sqrt(2 * math.log(2)):.1f}", pe),
-                pair(f"{p.canonical:.2f}", bias),
-                pair(f"{p.count_bias:+.3f}", mse),
-                _r80_of(d, str(model)),
-            ])
-    return rows
+                n_true = answer_only["n_true"].astype(float).to_numpy()
+                signed = answer_only["signed_error"].astype(float).to_numpy()
+                ok = (n_true > 0) & ~np.isnan(signed)
+                if ok.any():
+                    rel = signed[ok] / n_true[ok]
+                    boot = _ratio_samples(rel[None], np.ones_like(rel)[None], 2)[0]
+                    checks.append(_check(d.name, m, "MSE/n", p.count_bias, boot, float(rel.mean()), int(ok.sum()), 3))
+            r80 = _r80_of(d, m)
+            if r80 != "-":
+                checks.append(Check(d.name, m, f"R80 {r80}", None, float("nan"), 0, float("nan"), float("nan"), "-"))
+    return checks
 
 
-def _cf_bias_of(audit_dir: Path, model: str) -> str:
-    """A model's CounterCount bias rate over all its formats and interventions (the rows of the
-    audit's ``countercount/cf_scores.csv``, weighted by their counterfactual items)."""
+def _answer_only(g: Any) -> Any:
+    """The episodes of answer-only arms (the first message asks for a number: ``direct``,
+    ``cot``; and the video task), read from the logged options, not the arm names."""
+    prompt = g["prompt"].astype(str) if "prompt" in g.columns else None
+    task = g["task"].astype(str) if "task" in g.columns else None
+    keep = False
+    if prompt is not None:
+        keep = prompt.isin(("direct", "cot")) & ((task == "image") if task is not None else True)
+    if task is not None:
+        keep = keep | (task == "video")
+    return g[keep] if not isinstance(keep, bool) else g.iloc[:0]
+
+
+def comparison_rows(audit_dirs: Sequence[Path], profiles: Any) -> list[list[str]]:
+    """The table's rows as text (``COMPARISON_HEAD``)."""
+    return [c.cells() for c in comparison_checks(audit_dirs, profiles)]
+
+
+def _cf_counts(audit_dir: Path, model: str) -> tuple[int, int] | None:
+    """(biased, CF items) of a model over all its formats and interventions (the rows of the
+    audit's ``countercount/cf_scores.csv``)."""
     scores = _read_csv(audit_dir / "countercount" / "cf_scores.csv")
     if scores is None or not {"model", "bias_rate", "n_cf"} <= set(scores.columns):
-        return "-"
+        return None
     rows = scores[(scores["model"].astype(str) == model) & scores["bias_rate"].notna()]
-    n = float(rows["n_cf"].sum()) if len(rows) else 0.0
-    return _f(float((rows["bias_rate"] * rows["n_cf"]).sum()) / n, 2) if n else "-"
+    n = int(rows["n_cf"].sum()) if len(rows) else 0
+    return (int(round(float((rows["bias_rate"] * rows["n_cf"]).sum()))), n) if n else None
 
 
 def _r80_of(audit_dir: Path, model: str) -> str:
@@ -269,21 +427,29 @@ def _r80_of(audit_dir: Path, model: str) -> str:
     return _f(lo, 0) if lo == hi else f"{_f(lo, 0)}-{_f(hi, 0)}"
 
 
-def print_comparison(audit_dirs: Sequence[Path], profiles: Any) -> None:
-    """The injected-vs-recovered table (each cell ``injected/recovered``)."""
-    rows = comparison_rows(audit_dirs, profiles)
-    if not rows:
+def print_comparison(audit_dirs: Sequence[Path], profiles: Any, *, scale: str | None = None) -> None:
+    """The injected-vs-recovered table: per model and rate, n, 95 % CI and a verdict."""
+    checks = comparison_checks(audit_dirs, profiles)
+    if not checks:
         return
-    head = ["audit", "model", "omit/100", "dup/100", "phantom/100", "point.err", "canonical/bias",
-            "count_bias/MSE", "R80"]
+    rows = [c.cells() for c in checks]
+    head = list(COMPARISON_HEAD)
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
-    print("\ninjected/recovered per model, all cells of the folder pooled (expected under the profile / what the "
-          "audit measured; dup: (1 - omission) x duplicate; point.err: 1.18 x pointing_sigma vs the median "
-          "on-target distance; MSE: mean signed error / n of answer-only and video arms; R80 over the model's "
-          "rows; '-': not measured in that folder):")
+    print("\ninjected/recovered per model, all cells of the folder pooled (injected: expected under the profile; "
+          "recovered: what the audit measured, with its 95 % bootstrap CI over the n items; duplicate: (1 - "
+          "omission) x duplicate; point.err: 1.18 x pointing_sigma vs the median on-target distance; MSE/n: mean "
+          "signed error / n of answer-only and video arms; verdict: recovered = injected inside the CI, outside, "
+          f"or too few to tell (fewer than {MIN_VERDICT_ITEMS} items, or no interval)):")
     print("  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)))
     for r in rows:
         print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)))
+    unverified = [c for c in checks if c.verdict.startswith("too few")]
+    if unverified:
+        names = ", ".join(f"{c.model} {c.metric} (n {c.n})" for c in unverified[:8])
+        more = f" and {len(unverified) - 8} more" if len(unverified) > 8 else ""
+        size = f"--scale {scale}" if scale else "this rehearsal"
+        print(f"{size} is too small to verify {len(unverified)} of {sum(c.injected is not None for c in checks)} "
+              f"checked rates: {names}{more}; run --scale full (or the configs with a larger --limit) to verify them.")
     sys.stdout.flush()
 
 

@@ -32,8 +32,11 @@ from countgym.cells import (
     done_in_files,
     drop_transient_errors,
     log_files_of,
+    policy_version,
     replaced_spend,
+    selection_text,
     step_spend,
+    stratified_order,
 )
 from countgym.cpu_slots import cpu_slot
 from countgym.deadlines import episode_scope
@@ -73,6 +76,14 @@ class CellResult:
     kept_errors: int = 0
     """Episodes of ``skipped`` whose kept record ended in an error (a permanent one, or any with
     ``retry_errors=False``): a resume does not run them again, ``force`` does."""
+    selection: str = ""
+    """The stimuli the cell's logs hold after the run (``cells.selection_text``): ``all 272``,
+    ``first 6 of the stratified order (of 272)``; more than this run asked for when an earlier
+    run had a larger ``--limit``."""
+    asked: int = 0
+    """Stimuli this run asked for (its ``--limit`` selection, or the whole dataset)."""
+    held: int = 0
+    """Stimuli of the dataset the cell's logs hold after the run."""
 
 
 def episode_seed(base: int, stimulus_id: str, repeat: int) -> int:
@@ -208,7 +219,8 @@ def _error_record(
         dataset=spec.dataset,
         arm=ArmSpec(
             name=spec.agent,
-            options=redact({**spec.display_options(), **spec.agent_options}),
+            options=redact({**spec.display_options(), **spec.agent_options,
+                            **({"policy_version": code} if (code := policy_version(spec.agent)) else {})}),
             defaults=reference_options(spec, dataset, env_id=env_id),
         ),
         env_options=spec.display_options(),
@@ -227,8 +239,33 @@ def _error_record(
 
 def write_cell_header(path: Path, spec: CellSpec, provider: dict[str, Any] | None = None) -> None:
     """The cell's ``.cell.json``: its spec, provider parameters and version, credentials masked."""
-    header = {**asdict(spec), "provider": provider, "countgym_version": countgym.__version__}
+    header = {**asdict(spec), "policy_version": policy_version(spec.agent), "provider": provider,
+              "countgym_version": countgym.__version__}
     path.write_text(json.dumps(redact(header), indent=2, default=str))
+
+
+def _note_other_versions(out: Path, log: Path, spec: CellSpec) -> None:
+    """One warning when a plug-in policy starts a new cell beside cells of another version of its
+    code (an edited policy is a new cell, never a mix in one log)."""
+    import glob
+
+    code = policy_version(spec.agent)
+    if code is None:
+        return
+    prefix = log.name.rsplit("__", 1)[0] + "__"
+    others = []
+    for f in sorted(out.glob(glob.escape(prefix) + "*.cell.json")):
+        try:
+            old = json.loads(f.read_text()).get("policy_version")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if old and old != code:
+            others.append((f.name.removesuffix(".cell.json") + ".jsonl", old))
+    if others:
+        name, old = others[-1]
+        more = f" (and {len(others) - 1} more)" if len(others) > 1 else ""
+        warnings.warn(f"{spec.agent}: its code changed ({old} -> {code}), so this is a new cell beside "
+                      f"{name}{more}; each log holds one version, the audit labels them apart", stacklevel=2)
 
 
 def done_episodes(
@@ -259,6 +296,9 @@ def run_one(
         rec.dataset = spec.dataset
         rec.env = env_id
         options = {**env.options(), **spec.agent_options}
+        code = policy_version(spec.agent)
+        if code is not None:
+            options["policy_version"] = code
         provider = getattr(factory, "provider", None)
         if provider:
             options["provider"] = provider
@@ -460,7 +500,10 @@ def _run_cell_locked(
     """``run_cell`` once the cell's lock is held: clear (``force``), resume, run, append."""
     if force:
         clear_log(log)
-    write_cell_header(out / (log.stem + ".cell.json"), spec, getattr(factory, "provider", None))
+    header = out / (log.stem + ".cell.json")
+    if not header.exists():
+        _note_other_versions(out, log, spec)
+    write_cell_header(header, spec, getattr(factory, "provider", None))
     writer = LogWriter(log)
     retried = drop_transient_errors(log_files_of(log)) if retry_errors else 0
     errored: set[tuple[str, int]] = set()
@@ -473,6 +516,9 @@ def _run_cell_locked(
     lock = threading.Lock()
     warned: list[bool] = []
 
+    held = {sid for sid, _ in done}
+    result.asked = len(ids)
+
     def one(sid: str, r: int) -> EpisodeRecord:
         return run_one(spec, ds, factory, log.stem, sid, r, env_id)
 
@@ -482,6 +528,7 @@ def _run_cell_locked(
     def record(rec: EpisodeRecord) -> None:
         with lock:
             writer.append(rec)
+            held.add(rec.stimulus_id)
             result.ran += 1
             cost, _calls, unknown = step_spend(rec.steps)
             result.cost += cost
@@ -512,4 +559,13 @@ def _run_cell_locked(
     finally:
         bar.close()
         writer.close()
+    result.selection = cell_selection(ds, held)
+    result.held = len(held & set(ds.ids()))
     return result
+
+
+def cell_selection(ds: Any, held: set[str]) -> str:
+    """What a cell's logs hold of its dataset, in words (``cells.selection_text``)."""
+    stimuli = getattr(ds, "stimuli", None)
+    order = stratified_order(stimuli) if stimuli is not None else [[i] for i in ds.ids()]
+    return selection_text(held, order)

@@ -27,6 +27,9 @@ from countgym.stimulus import Dataset
 from countgym.testing.profiles import BUILTIN, ProfileSet, load_profiles
 from countgym.testing.simulated import DATASET_HEADER, SimulatedServer
 
+SIMULATED_ENDPOINT = "simulated"
+"""The ``api_base`` a simulated cell's log records for its model (the server is gone after the run)."""
+
 # Backend options a simulated cell sets itself (a config's endpoint, key or prices do not apply).
 _REPLACED = frozenset({"api_base", "api_key", "transport", "input_cost_per_token", "output_cost_per_token",
                        "extra_params"})
@@ -64,7 +67,7 @@ class Simulation:
             raise UserError(f"invalid backend option for {cell.model!r}: {e}") from None
         params = dict(backend.provider_params()) if hasattr(backend, "provider_params") else {}
         params.pop("extra_params", None)
-        provider = {**params, "model": cell.model, "api_base": "simulated"}
+        provider = {**params, "model": cell.model, "api_base": SIMULATED_ENDPOINT}
 
         def factory() -> Any:
             return fam.policy(cell.agent, backend)
@@ -99,3 +102,53 @@ def run_cell_simulated(spec: CellSpec, out_dir: str | Path, sim: Simulation, **k
 
     factory, ds = sim.prepare(spec, concurrency=kwargs.get("concurrency", 1))
     return run_cell(spec, out_dir, policy_factory=factory, dataset=ds, **kwargs)
+
+
+class SimulatedJudges:
+    """The CounterCount judge for replies a simulated model wrote (their log's endpoint is
+    ``SIMULATED_ENDPOINT``): the same simulated model, on a simulated server started on first use
+    and stopped by ``close``, through the ordinary backend (HTTP, retries, parsing), so the
+    judge path runs on a rehearsal. ``judge_backend`` wraps the audit's other builder (None:
+    only simulated logs get a judge)."""
+
+    def __init__(self, profiles: ProfileSet | None = None) -> None:
+        self._profiles = profiles or BUILTIN
+        self._block: Any = None
+        self._sim: Simulation | None = None
+
+    def build(self, model: str) -> Any:
+        """A judge backend for the simulated ``model``."""
+        from countgym.agents.cf_arm import make_cf_backend
+
+        if self._sim is None:
+            self._block = simulation(self._profiles)
+            self._sim = self._block.__enter__()
+        return make_cf_backend(
+            "cf-mcq", f"openai/{model}", api_base=self._sim.server.base_url, transport="direct",
+            input_cost_per_token=0.0, output_cost_per_token=0.0, max_attempts=2, max_total_wait_s=10.0,
+        )
+
+    def judge_backend(self, other: Callable[[str, str | None], Any] | None) -> Callable[[str, str | None], Any]:
+        """``judge_backend(model, api_base)``: the simulated judge for simulated logs, ``other``
+        for the rest."""
+
+        def build(model: str, api_base: str | None) -> Any:
+            if api_base == SIMULATED_ENDPOINT:
+                return self.build(model)
+            if other is None:
+                raise UserError("no backend builds the run's own model")
+            return other(model, api_base)
+
+        return build
+
+    def close(self) -> None:
+        """Stop the simulated server, if one was started."""
+        if self._block is not None:
+            self._block.__exit__(None, None, None)
+            self._block = self._sim = None
+
+    def __enter__(self) -> SimulatedJudges:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

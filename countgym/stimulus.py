@@ -201,6 +201,8 @@ class Dataset:
             raise UserError(f"missing image {path} for stimulus {stimulus.id!r}") from None
         except (OSError, Image.DecompressionBombError) as e:
             raise UserError(f"cannot read image {path}: {e}") from None
+        except ValueError as e:  # Pillow's bound on a compressed text chunk (a text bomb)
+            raise UserError(f"cannot read image {path}: {e}") from None
 
     def content_hash(self, stimulus: Stimulus) -> str:
         """SHA-256 of the stimulus media bytes (image, or frames concatenated)."""

@@ -16,6 +16,7 @@ import itertools
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -24,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from countgym.celllock import CellBusyError
 from countgym.cells import CellSpec, make_cell, resolve_source
+from countgym.configtext import read_config_text
 from countgym.errors import UserError
 from countgym.limits import MAX_CONCURRENCY, MAX_REPEATS, config_depth_problem, nesting_message
 from countgym.runner import CellResult, done_episodes, run_cell
@@ -58,6 +60,28 @@ class Ablation(BaseModel):
     """Reward function name (``countgym.envs.rewards``)."""
     tool_cost: Annotated[float, Field(strict=True, allow_inf_nan=False)] | None = None
     """Reward cost per tool call."""
+    tools: list[str] | None = None
+    """Tool set of the tag loop (as ``tool_sets``; ``answer`` is always on)."""
+    budget: Annotated[int, Field(strict=True, ge=0)] | None = None
+    """Tool-call budget T (as ``budgets``)."""
+    one_point_per_call: bool | None = None
+    """One point per tag call (tag-1)."""
+    protocol: Literal["json", "native"] | None = None
+    """Tool protocol: the paper's JSON action line or native tool calls."""
+    prompt: str | None = None
+    """First-message prompt (image: tools, direct, cot, list, tiles; video: P1, P2, P3)."""
+    max_side: Annotated[int, Field(strict=True, ge=1)] | None = None
+    """CountVideoBench frame size cap in pixels."""
+    question: Literal["mcq", "oe"] | None = None
+    """CounterCount question format."""
+    cue: bool | None = None
+    """CounterCount cue instruction."""
+    generic: bool | None = None
+    """CounterCount generic subject name."""
+    blur: bool | None = None
+    """CounterCount blur outside the attribute box."""
+    kind: Literal["factual", "cf"] | None = None
+    """CounterCount images: factual or counterfactual only."""
     blur_radius: NonNegative | None = None
     """CounterCount blur radius in pixels."""
     feather: NonNegative | None = None
@@ -148,15 +172,11 @@ def load_config(path: str | Path) -> SweepConfig:
     p = Path(path)
     if not p.is_file():
         raise UserError(f"no such sweep config: {p}")
+    if p.suffix not in (".toml", ".yaml", ".yml"):
+        raise UserError(f"sweep config must be .toml, .yaml or .yml, got {p.name}")
+    text = read_config_text(p)
     try:
-        if p.suffix == ".toml":
-            data = tomllib.loads(p.read_text())
-        elif p.suffix in (".yaml", ".yml"):
-            data = load_yaml(p.read_text())
-        else:
-            raise UserError(f"sweep config must be .toml, .yaml or .yml, got {p.name}")
-    except UnicodeDecodeError as e:
-        raise UserError(f"{p}: cannot parse: not UTF-8 text ({e.reason} at byte {e.start})") from None
+        data = tomllib.loads(text) if p.suffix == ".toml" else load_yaml(text)
     except RecursionError:
         raise UserError(f"{p}: cannot parse: {nesting_message()}") from None
     except yaml.MarkedYAMLError as e:
@@ -268,11 +288,19 @@ class Skipped:
     reason: str
 
 
-def expand(cfg: SweepConfig, *, skipped: list[Skipped] | None = None) -> list[CellSpec]:
+def expand(
+    cfg: SweepConfig, *, skipped: list[Skipped] | None = None, notes: list[str] | None = None
+) -> list[CellSpec]:
     """All cells of the grid, in a stable order. Pairs whose agent does not run on the source's
     task go to ``skipped`` (when given); an agent that runs on none of the sources, or an
-    ablation key no source's environment takes, is a ``UserError``."""
-    from countgym.agents.registry import check_agent_name, is_model_arm, runs_on
+    ablation key no source's environment takes, is a ``UserError``.
+
+    A tool set, budget or ablation key that does not change what an arm sends or does on a
+    source (``countgym.agents.registry.agent_takes``: a tool set for ``direct``, a budget on the
+    video task, ``verify`` for ``cot``) is left out for that arm there: the arm runs as one cell
+    instead of one per value, and ``notes`` (when given) gets one line per arm and task saying
+    so. Cells that would run the same episodes (same options once canonical) are one cell."""
+    from countgym.agents.registry import agent_takes, check_agent_name, is_model_arm, runs_on
 
     cells: list[CellSpec] = []
     seen: set[str] = set()
@@ -283,11 +311,14 @@ def expand(cfg: SweepConfig, *, skipped: list[Skipped] | None = None) -> list[Ce
         if not any(runs_on(arm, task_of_env(real)) for _, _, real in sources):
             tasks = sorted({task_of_env(real) for _, _, real in sources})
             raise UserError(f"arm {arm!r} runs on none of the sweep's tasks ({', '.join(tasks)})")
+    model_arms = any(is_model_arm(a) for a in cfg.arms)
     for key in {k for a in cfg.ablations for k in a}:
-        if not any(key in t for t in takes.values()):
+        if not any(key in t for t in takes.values()) and not (key == "thinking" and model_arms):
             raise UserError(f"ablation key {key!r} applies to none of the sweep's environments")
+    _check_anywhere(cfg, [real for _, _, real in sources])
     tool_sets: list[list[str] | None] = list(cfg.tool_sets) if cfg.tool_sets else [None]
     budgets: list[int | None] = list(cfg.budgets) if cfg.budgets else [None]
+    ignored: dict[tuple[str, str], list[str]] = {}
     for (env, ds, real), arm, model, tools, budget, abl in itertools.product(
         sources, cfg.arms, cfg.models, tool_sets, budgets, cfg.ablations
     ):
@@ -297,11 +328,27 @@ def expand(cfg: SweepConfig, *, skipped: list[Skipped] | None = None) -> list[Ce
             if skipped is not None and left_out not in skipped:
                 skipped.append(left_out)
             continue
-        # Axes and ablations a task's environment does not take collapse for that source.
-        tools = tools if "tools" in takes[real] else None
-        budget = budget if "budget" in takes[real] else None
-        thinking = abl.get("thinking")  # a backend option of model arms, on every task
-        abl = {k: v for k, v in abl.items() if k in takes[real]}
+        applies = agent_takes(arm, env_class(real))
+        dropped = ignored.setdefault((arm, task), [])
+        options: dict[str, Any] = {}
+        given = [("tool_sets", "tools", tools), ("budgets", "budget", budget),
+                 *((f"ablation {k}", k, v) for k, v in abl.items())]
+        for what, key, value in given:  # an ablation's tools or budget replace the axis value
+            if value is None:
+                continue
+            if key in applies:
+                _check_value(real, what, key, value)
+                options[key] = value
+                continue
+            # An ablation key of another task's environment is silent here (documented); an
+            # axis, or a key this environment takes but the arm does not, is said once.
+            said = not what.startswith("ablation") or key in takes[real] or key == "thinking"
+            if said and what not in dropped:
+                dropped.append(what)
+        if "tools" in options:
+            from countgym.envs.actions import canonical_tools
+
+            options["tools"] = [t for t in canonical_tools(options["tools"]) if t != "answer"]
         needs_model = is_model_arm(arm)
         model = model if needs_model else ""
         if needs_model and not model:
@@ -309,15 +356,89 @@ def expand(cfg: SweepConfig, *, skipped: list[Skipped] | None = None) -> list[Ce
         agent_opts = dict(cfg.agent_options.get(arm, {}))
         if needs_model:
             agent_opts = {**agent_opts, **cfg.model_options.get(model, {})}
-            if thinking is False:
-                agent_opts["thinking"] = False
-        spec = make_cell(agent=arm, env=env or None, dataset=ds, model=model, tools=tools, budget=budget,
-                         ablations=abl, agent_options=agent_opts, repeats=cfg.repeats, limit=cfg.limit,
+        tools_opt, budget_opt = options.pop("tools", None), options.pop("budget", None)
+        spec = make_cell(agent=arm, env=env or None, dataset=ds, model=model, tools=tools_opt, budget=budget_opt,
+                         ablations=options, agent_options=agent_opts, repeats=cfg.repeats, limit=cfg.limit,
                          seed=cfg.seed)
-        if spec.log_name() not in seen:
-            seen.add(spec.log_name())
+        same = _episodes_key(spec)
+        if same not in seen:
+            seen.add(same)
             cells.append(spec)
+    if notes is not None:
+        for (arm, task), dropped in ignored.items():
+            if dropped:
+                verb = "does" if len(dropped) == 1 else "do"
+                notes.append(f"note: {', '.join(dropped)} {verb} not apply to {arm} on the {task} task "
+                             f"(nothing it sends or does would change): no cell per value for it there")
     return cells
+
+
+def _episodes_key(spec: CellSpec) -> str:
+    """What a cell's episodes are made of: two cells with one key would send the same requests."""
+    import json
+
+    from countgym.logs import identity_options
+
+    return json.dumps([spec.env_id(), spec.dataset, spec.agent, spec.model, spec.display_options(),
+                       identity_options(spec.agent_options), spec.seed, spec.repeats, spec.limit],
+                      sort_keys=True, default=str)
+
+
+def _check_anywhere(cfg: SweepConfig, envs: list[str]) -> None:
+    """A value that no environment of the sweep would take (``prompt = "hi"``) is a mistake even
+    where no arm would use it: one line, naming the valid values."""
+    given = [("tool_sets", "tools", t) for t in cfg.tool_sets or []]
+    given += [(f"ablation {i + 1}", k, v) for i, a in enumerate(cfg.ablations) for k, v in a.items()]
+    for where, key, value in given:
+        takers = [e for e in dict.fromkeys(envs) if key in getattr(env_class(e), "CELL_OPTIONS", ())]
+        errors = []
+        for env_id in takers:
+            try:
+                _check_value(env_id, where, key, value)
+            except UserError as e:
+                errors.append(e)
+        if takers and len(errors) == len(takers):
+            raise errors[0]
+
+
+@cache
+def _init_hints(env_id: str) -> dict[str, Any]:
+    import typing
+
+    try:
+        init = next(vars(c)["__init__"] for c in env_class(env_id).__mro__ if "__init__" in vars(c))
+        return typing.get_type_hints(init)
+    except Exception:  # noqa: BLE001 - unresolvable hints: the environment checks its options itself
+        return {}
+
+
+def _check_value(env_id: str, where: str, key: str, value: Any) -> None:
+    """An option value the environment would refuse (a prompt, tool or reward it does not know),
+    as one line before any cell is built (the dry run builds no environment for a battery)."""
+    if key in ("tools", "extra_tools"):
+        from countgym.envs.actions import TOOLS
+
+        bad = [t for t in value if t not in TOOLS]
+        if bad:
+            raise UserError(f"{where}: unknown tool(s) {bad}: use {', '.join(TOOLS)}")
+    elif key == "reward" and isinstance(value, str):
+        from countgym.envs.rewards import REWARDS
+
+        if value not in REWARDS:
+            raise UserError(f"{where}: unknown reward {value!r}: use {', '.join(REWARDS)}")
+    choices = _literal_choices(_init_hints(env_id).get(key))
+    if choices and value not in choices:
+        raise UserError(f"{where}: {key} = {value!r} is not one of {', '.join(map(repr, choices))} "
+                        f"on {env_id} (see docs/sweeps.md)")
+
+
+def _literal_choices(hint: Any) -> tuple[Any, ...]:
+    """The values of a ``Literal`` type (also inside ``X | None``), else ()."""
+    import typing
+
+    if typing.get_origin(hint) is Literal:
+        return typing.get_args(hint)
+    return tuple(v for arg in typing.get_args(hint) for v in _literal_choices(arg))
 
 
 def validate_cells(
@@ -403,7 +524,10 @@ def run_sweep(
     from countgym.agents.registry import check_arm_model
 
     out = Path(cfg.out)
-    cells = expand(cfg)
+    notes: list[str] = []
+    cells = expand(cfg, notes=notes)
+    for line in notes:
+        print(line)
     for cell in cells if prepare is None else ():  # every model id, before the first cell builds a dataset or runs
         check_arm_model(cell.agent, cell.model)
     validate_cells(cfg, cells, check_policy=prepare is None)  # every cell's mistakes, before the first call

@@ -33,7 +33,7 @@ from countgym.envs.common import (
     stimulus_pool,
 )
 from countgym.envs.extract import strip_reasoning
-from countgym.envs.numbers import Number, count_mentions
+from countgym.envs.numbers import NONE_SPAN, Number, count_mentions
 from countgym.envs.rewards import RewardFn, resolve_reward
 from countgym.envs.spaces import ImageSpace, MessageSpace
 from countgym.envs.state import EpisodeState
@@ -197,6 +197,8 @@ def extract_count(
             if k + 1 < len(heads):
                 stop = min(stop, heads[k + 1])
             span = [n for n in numbers if start <= n.start < stop]
+            if not span and NONE_SPAN.fullmatch(body, start, stop):
+                span = [Number(start, stop, 0, "count", True)]  # "ANSWER: none"
             if not span:
                 continue
             ex = _decide(span, "answer_line")
@@ -229,7 +231,12 @@ def _only_alternatives(body: str, found: Sequence[Number]) -> bool:
 
 
 def _decide(found: Sequence[Number], reason: str) -> Extraction:
-    """One valid count is the answer; anything else (several, not a count) is not."""
+    """One valid count is the answer; anything else (several, not a count) is not. A negated
+    number (``not 2``) is set aside: it is never the answer."""
+    stated = [n for n in found if n.kind != "negated"]
+    if not stated:
+        return Extraction(None, "not_a_count", (), "not a count (negated)")
+    found = stated
     counts: list[int] = []
     seen: set[int] = set()
     for n in found:
@@ -463,6 +470,12 @@ class CounterCountEnv(gym.Env):
         self._obs = {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in obs.items()}
         info = {"format": self.question_format, "options": list(self.question.option_words)}
         return obs, info
+
+    def prompt_text(self, stimulus: Stimulus) -> dict[str, str]:
+        """The text of the first observation for ``stimulus``: ``user``, the question with its
+        options (MCQ) under this environment's format, cue and generic-name settings."""
+        q = build_question(stimulus, format=self.question_format, cue=self.cue, generic=self.generic)
+        return {"system": "", "user": q.text}
 
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
         if self.state is None or self.state.ended or self.stimulus is None:

@@ -44,6 +44,7 @@ from typing import Any
 
 from countgym.envs.numbers import (
     MAX_COUNT,
+    NONE_SPAN,
     Number,
     NumberKind,
     parse_count,
@@ -147,6 +148,13 @@ _QUESTION_OBJECT = re.compile(
     r"\b(?:how\s+many|count\s+the|total\s+number\s+of)\s+(?:([a-z]+)\s+)?([a-z]+)s\b", re.IGNORECASE
 )
 _NONE_REPLY = re.compile(r"\W*(?:there\s+are\s+|i\s+see\s+)?none(?:\s+at\s+all)?\W*", re.IGNORECASE)
+_LABEL_ENDS = frozenset(":=-\u2013\u2014")
+_EQUALS = re.compile(r"[ \t]*(?:=|equals|is)[ \t]*", re.IGNORECASE)
+_SENTENCE_END = re.compile(r"[.,;!?\n]")
+_LABEL_BEFORE = re.compile(
+    r"((?:[A-Za-z]+[ \t]+){0,2}[A-Za-z]+)[ \t]*(?:[:=\u2013\u2014]|[ \t]-)[ \t]*$"
+)
+"""A label that names what the number after it counts (``Red cubes: 12``, ``count of red cubes = 12``)."""
 _SEPARATOR = re.compile(r"^\s*(?:,|/|or|and|,\s*or|,\s*and)?\s*$", re.IGNORECASE)
 
 
@@ -195,6 +203,9 @@ def extract_count(
     if lines:
         line = lines[-1]
         mentions = _mentions(body, options, target, span=line.span(1))
+        if not mentions and NONE_SPAN.fullmatch(body, *line.span(1)):
+            return _decide_plain([_Mention(Number(*line.span(1), 0, "count", True))], options,
+                                 where="answer line", empty="")
         return _decide_plain(mentions, options, where="answer line", empty="answer line without a number")
     mentions = _mentions(body, options, target)
     live = [m for m in mentions if not m.ignored]
@@ -202,7 +213,15 @@ def extract_count(
     if live and live[-1].conclusion and live[-1].noun in ("target", "none"):
         totals.append(live[-1])  # the reply ends on a conclusion: "..., so 24."
     if totals:
-        return _decide_plain([totals[-1]], options, where="total phrase", empty="")
+        last = totals[-1]
+        i = next(k for k, m in enumerate(live) if m is last)
+        left = live[i - 1].number if i > 0 else None
+        if (
+            left is not None and left.product and left.value != last.value
+            and _EQUALS.fullmatch(body, left.end, last.number.start)
+        ):
+            return ExtractResult(None, f"a product ({left.value}) and its stated result ({last.value}) disagree")
+        return _decide_plain([last], options, where="total phrase", empty="")
     bound = [m for m in live if m.noun == "target"]
     if bound:
         # Per-frame tallies that leave the noun out count the same object.
@@ -260,7 +279,11 @@ def _mentions(
             continue  # "1. ..." at a line start
         before = text[max(0, n.start - _WINDOW) : n.start]
         after = text[n.end : n.end + _WINDOW]
-        noun = _noun_of(after, target)
+        noun = _noun_of(_SENTENCE_END.split(after, 1)[0], target)
+        if noun == "none" and before.rstrip(" \t")[-1:] in _LABEL_ENDS:
+            label = _LABEL_BEFORE.search(before)
+            if label is not None:  # "Red cubes: 12", "blue spheres - 3"
+                noun = _noun_of(label.group(1), target)
         tail = before.rstrip(" \t")[-1:]
         ignored = bool(
             (tail.isalpha() or tail in ("#", "=", ".", ":")) and tail != "" and _INDEX_BEFORE.search(before[-16:])
@@ -364,6 +387,11 @@ def _decide_plain(
     live = [m for m in mentions if not m.ignored]
     if not live:
         return ExtractResult(None, empty or f"no number in the {where}")
+    # A negated number ("12 red cubes, not 13") is never the answer.
+    stated = [m for m in live if m.number.kind != "negated"]
+    if not stated:
+        return ExtractResult(None, f"not a count in the {where} (negated)")
+    live = stated
     bad = [m.number.kind for m in live if m.number.kind != "count"]
     if bad:
         return ExtractResult(None, f"not a count in the {where} ({bad[0].replace('_', ' ')})")

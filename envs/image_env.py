@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Literal
 
@@ -422,18 +423,27 @@ class CountImageEnv(gym.Env):
             raise RuntimeError("no episode; call reset()")
         return nt.tool_schema(self.tools, s.obj, s.obj_sing)
 
+    def prompt_text(self, stimulus: Stimulus) -> dict[str, str]:
+        """The text of the first observation for ``stimulus`` under this environment's options:
+        ``system`` (the tool-loop system prompt; empty for the one-call prompts), ``user`` (the
+        first user message) and, under the native protocol, ``tools`` (the tool schema as JSON)."""
+        out = {"system": self._system_text(stimulus), "user": self._first_text(stimulus)}
+        if self.protocol == "native" and self.prompt == "tools":
+            out["tools"] = json.dumps(nt.tool_schema(self.tools, stimulus.obj, stimulus.obj_sing), indent=1)
+        return out
+
     # ------------------------------------------------------------------ helpers
-    def _system_text(self) -> str:
+    def _system_text(self, stimulus: Stimulus | None = None) -> str:
         if self.prompt != "tools":
             return ""
-        s = self.stimulus
+        s = stimulus or self.stimulus
         assert s is not None
         if self.protocol == "native":
             return nt.system_prompt(s.obj, s.obj_sing, self.tools, self.budget)
         return tpl.system_prompt(s.obj, s.obj_sing, self.tools, self.budget)
 
-    def _first_text(self) -> str:
-        s = self.stimulus
+    def _first_text(self, stimulus: Stimulus | None = None) -> str:
+        s = stimulus or self.stimulus
         assert s is not None
         if self.prompt == "direct":
             return tpl.DIRECT.format(obj=s.obj)

@@ -101,20 +101,47 @@ def system_prompt(obj: str, obj_sing: str, tools: tuple[str, ...], budget: int) 
 
 def call_to_action(call: Any) -> dict[str, Any] | str:
     """One native tool call (OpenAI form) as the JSON-protocol action object, or a string saying
-    why it cannot be one. Never raises on model output."""
+    why it cannot be one. Never raises on model output.
+
+    ``arguments`` is read as the JSON text the API specifies, or as the JSON object some
+    providers send instead (also as attribute objects), or as JSON text that encodes that text
+    once more; a flat call (``{"name", "arguments"}`` without ``function``) is read too."""
     try:
+        call = _plain(call)
         fn = call.get("function") if isinstance(call, dict) else None
+        if fn is None and isinstance(call, dict) and "name" in call:
+            fn = call
         name = fn.get("name") if isinstance(fn, dict) else None
         if not isinstance(name, str) or not name:
             return "tool call without a function name"
         args = fn.get("arguments") if isinstance(fn, dict) else None
-        if isinstance(args, str):
-            args = json.loads(args) if args.strip() else {}
+        for _ in range(2):  # JSON text, or JSON text of JSON text
+            if isinstance(args, str | bytes):
+                args = json.loads(args) if args.strip() else {}
+        if args is None:
+            args = {}
         if not isinstance(args, dict):
             return f"arguments of {name!r} are not a JSON object"
         return {**args, "tool": name}
     except (ValueError, TypeError, AttributeError, RecursionError) as e:
         return f"arguments are not valid JSON ({type(e).__name__})"
+
+
+def _plain(obj: Any, depth: int = 0) -> Any:
+    """A tool call given as attribute objects (pydantic models, namespaces) as plain data."""
+    if depth > 8 or isinstance(obj, str | bytes | int | float | bool | type(None)):
+        return obj
+    if isinstance(obj, list | tuple):
+        return [_plain(v, depth + 1) for v in obj]
+    if isinstance(obj, dict):
+        return {k: _plain(v, depth + 1) for k, v in obj.items()}
+    dump = getattr(obj, "model_dump", None)
+    if callable(dump):
+        return _plain(dump(), depth + 1)
+    fields = getattr(obj, "__dict__", None)
+    if isinstance(fields, dict):
+        return {k: _plain(v, depth + 1) for k, v in fields.items() if not k.startswith("_")}
+    return obj
 
 
 def _hash() -> str:

@@ -10,18 +10,28 @@ arms and the audit's ``--parser`` / judge results.
 - in digits of **one** script: any Unicode decimal digits (``12``, ``١٢``, ``１２``, ``१२``), never
   mixed (``1٣`` is no count); thousands grouped with commas in proper 3-digit groups are read
   (``1,000``, ``12,345``); a leading ``+`` and leading zeros are allowed;
-- in digits followed by a scale word: ``2 thousand`` (2000), ``3 hundred``, ``1 million``;
+- in digits or words followed by a multiplier word (``MULTIPLIERS``), multiplied out exactly:
+  ``2 thousand`` and ``2 thousands`` (2000), ``3 hundred``, ``1 million``, ``two dozen`` (24),
+  ``a dozen``, ``3 score`` (60), ``a gross`` (144); a product above ``MAX_COUNT`` is out of range
+  (``1 billion``, ``a googol``); ``lakh`` and ``crore`` are refused (kind ``scale``), as the
+  Indian digit grouping ``1,00,000`` is; ``half a dozen`` is a fraction; bare ``dozens`` is no
+  number;
 - in English number words up to a million, with or without ``and``, hyphenated or not:
   ``zero`` ... ``nineteen``, ``twenty-one``, ``twenty one``, ``a hundred``,
   ``one hundred and five``, ``fifteen hundred``, ``two thousand three hundred forty-five``,
-  ``a million``. ``dozen`` is not a number word (``a dozen`` / ``dozens`` are colloquially
-  approximate; no prompt asks for them).
+  ``a million``;
+- as a written product, read as one mention of its value: ``3 x 4``, ``3 times 4``,
+  ``4 rows of 3`` (12), so that a factor is never taken for the count;
+- inside markdown emphasis (``**12**``, ``__12__``, ``_twelve_``); an answer span that is only
+  ``none`` is 0.
 
 **Not a count** (a number mention of another kind; the reply states no count with it):
 ``negative`` (``-1``, ``–1``, ``−1``, ``－1``, ``﹣1``, ``(-1)``, ``- 1`` after ``:`` ``=`` ``(`` or
-alone on a line, ``minus 1``, ``negative two``); ``decimal`` (``7.5``, ``2 and a half``);
+alone on a line, ``minus 1``, ``negative two``); ``decimal`` (``7.5``, ``.7``, ``2 and a half``);
+``negated`` (``not 12``, ``never 12``, ``not exactly 12``: set aside when the span states
+another count, ``12, not 13``; no answer alone); ``scale`` (``lakh``, ``crore``);
 ``separator`` (ambiguous grouping: ``7,5``, ``1,00``, ``1 000``, ``1'000``, ``1.000.000``);
-``exponent`` (``1e20``, ``10^2``, ``10**2``, ``10²``, ``1×10^3``); ``hex`` (``0x10``);
+``exponent`` (``1e20``, ``7.e5``, ``10^2``, ``10**2``, ``10²``, ``1×10^3``); ``hex`` (``0x10``);
 ``fraction`` (``3/4``, ``3½``); ``percent`` (``50%``); ``bound`` (``at least 5``, ``5+``,
 ``over 10``, ``more than``, ``fewer than``, ``up to``, ``≥5``, ``5 or more``); ``approximate``
 (``about 12``, ``around``, ``approximately``, ``roughly``, ``nearly``, ``almost``, ``circa``,
@@ -32,8 +42,9 @@ Digits glued to letters (``3D``, ``10s``, ``1st``, ``x1080``) and ordinals (``tw
 not number mentions at all.
 
 **An answer span** (the rest of an ``ANSWER:`` line, a JSON ``count`` string) states a count when
-every number mention in it is a count and they all have the same value: ranges (``3-4``,
-``3 to 4``), alternatives (``3 or 4``) and two numbers (``2 thousand 5``) are no answer.
+every number mention in it, negated ones set aside, is a count and they all have the same
+value: ranges (``3-4``, ``3 to 4``), alternatives (``3 or 4``) and two numbers (``2 thousand 5``)
+are no answer. A JSON ``count`` string reads as such a span does.
 
 Every function is linear in the length of its text and never raises on a string.
 """
@@ -51,7 +62,7 @@ _MAX_DIGITS = len(str(MAX_COUNT))
 
 NumberKind = Literal[
     "count", "negative", "decimal", "exponent", "hex", "out_of_range", "separator", "fraction",
-    "percent", "bound", "approximate", "mixed_script", "broken",
+    "percent", "bound", "approximate", "mixed_script", "broken", "negated", "scale",
 ]  # fmt: skip
 
 INVISIBLE = (
@@ -75,12 +86,24 @@ _TENS = {
     "seventy": 70, "eighty": 80, "ninety": 90,
 }  # fmt: skip
 _SCALES = {"thousand": 1_000, "million": 1_000_000}
+MULTIPLIERS: dict[str, int] = {
+    "hundred": 100, "hundreds": 100, "thousand": 1_000, "thousands": 1_000, "million": 1_000_000,
+    "millions": 1_000_000, "billion": 10**9, "billions": 10**9, "trillion": 10**12, "trillions": 10**12,
+    "quadrillion": 10**15, "quintillion": 10**18, "googol": 10**100, "googols": 10**100,
+    "dozen": 12, "dozens": 12, "score": 20, "gross": 144,
+}  # fmt: skip
+"""Words that multiply the number before them out exactly (``two dozen`` 24, ``3 score`` 60,
+``2 thousands`` 2000); a product above ``MAX_COUNT`` is out of range (``1 billion``, ``a googol``)."""
+REFUSED_SCALES = frozenset({"lakh", "lakhs", "lac", "lacs", "crore", "crores"})
+"""Scale words of the Indian numbering system, refused (no answer, kind ``scale``) as its digit
+grouping (``1,00,000``) is: the grammar reads one numbering system."""
+_MULTIPLIER_WORDS = "|".join(sorted([*MULTIPLIERS, *REFUSED_SCALES], key=len, reverse=True))
 _ORDINAL_WORDS = (
     "first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|"
     "thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|"
     "thirtieth|fortieth|fiftieth|sixtieth|seventieth|eightieth|ninetieth|hundredth|thousandth|millionth"
 )
-_NUMBER_WORDS = sorted([*_UNITS, *_TENS, "hundred", *_SCALES], key=len, reverse=True)
+_NUMBER_WORDS = sorted({*_UNITS, *_TENS, *MULTIPLIERS, *REFUSED_SCALES}, key=len, reverse=True)
 _NW = "|".join(_NUMBER_WORDS)
 _SEP = r"(?:[ \t]*-[ \t]*|[ \t]+)"
 
@@ -92,7 +115,7 @@ _DIGITS = re.compile(
 )
 # Number-word runs: words and "and"/"a" joined by spaces or hyphens (split into numbers later).
 _WORDS = re.compile(
-    rf"\b(?:(?:{_NW})|a(?={_SEP}(?:hundred|thousand|million)\b))\b(?:{_SEP}(?:{_NW}|and|a)\b)*",
+    rf"\b(?:(?:{_NW})|a(?={_SEP}(?:hundred|thousand|million|dozen|gross|googol)\b))\b(?:{_SEP}(?:{_NW}|and|a)\b)*",
     re.IGNORECASE,
 )
 _TOKEN = re.compile(r"[A-Za-z]+")
@@ -119,16 +142,16 @@ _SUP = "\u00b2\u00b3\u00b9\u2070\u2074-\u2079\u207a\u207b"
 
 # What may follow a digit run (tried in this order at its end).
 _DIGITS_AFTER = re.compile(
-    rf"(?P<exponent>[eE][-+\u2212]?\d+|(?:\^|\*\*)[ \t]*[-+\u2212]?\d+|[{_SUP}]+"
+    rf"(?P<exponent>\.?[eE][-+\u2212]?\d+|(?:\^|\*\*)[ \t]*[-+\u2212]?\d+|[{_SUP}]+"
     rf"|[ \t]*[xX\u00d7*\u00b7\u22c5][ \t]*10(?:(?:\^|\*\*)[ \t]*[-+\u2212]?\d+|[{_SUP}]+))"
     r"|(?P<glued>[^\W\d])"
     r"|(?P<fraction>[/\u2044\u2215][ \t]*\d+|[\u00bc-\u00be\u2150-\u215e])"
     r"|(?P<percent>[ \t]?[%\u066a\u2030\u2031\uff05])"
-    r"|(?P<scale>[ \t]+(?:hundred|thousand|million)\b)",
+    rf"|(?P<scale>[ \t]+(?:{_MULTIPLIER_WORDS})\b)",
     re.IGNORECASE,
 )
 _DIGITS_AFTER_START = frozenset(
-    " \t^*/\u2044\u2215%\u066a\u2030\u2031\uff05\u00d7\u00b7\u22c5_\u00b2\u00b3\u00b9\u2070\u2074\u2075\u2076\u2077"
+    " \t.^*/\u2044\u2215%\u066a\u2030\u2031\uff05\u00d7\u00b7\u22c5_\u00b2\u00b3\u00b9\u2070\u2074\u2075\u2076\u2077"
     "\u2078\u2079\u207a\u207b\u00bc\u00bd\u00be" + "".join(chr(c) for c in range(0x2150, 0x215F))
 )
 """Characters a match of ``_DIGITS_AFTER`` can start with, besides letters (a cheap pre-test)."""
@@ -148,6 +171,8 @@ _AFTER_START = frozenset(" \t(+\uff0b-\u00b1")
 # one pass, keyed by where the marker (and the spaces after it) end.
 _BEFORE = re.compile(
     r"(?:(?P<negative>\b(?:minus|negative))"
+    r"|(?P<negated>\b(?:not|never)(?:[ \t]+(?:exactly|quite|even|just|only|precisely))?|n['\u2019]t)"
+    r"|(?P<fraction>\bhalf)"
     r"|(?P<approximate>\b(?:about|around|approximately|approx\b\.?|roughly|nearly|almost|circa|ca\.|"
     r"close[ \t]+to|estimated|in[ \t]+the[ \t]+region[ \t]+of)|[~\u2248\u223c\u2243\u00b1\uff5e])"
     r"|(?P<bound>\b(?:at[ \t]+least|at[ \t]+most|(?:more|less|fewer|greater|higher|lower)[ \t]+than|over|under|"
@@ -162,6 +187,17 @@ _PRONOUN_ONE = re.compile(
     re.IGNORECASE,
 )
 _WINDOW = 40
+_TIMES = re.compile(r"[ \t]*(?:[xX\u00d7*\u22c5\u00b7]|times|by|multiplied[ \t]+by)[ \t]*", re.IGNORECASE)
+_GROUPS_OF = re.compile(
+    r"[ \t]+(?:rows?|columns?|groups?|sets?|stacks?|layers?|piles?|clusters?|lines?|towers?|batches?|"
+    r"packs?)[ \t]+(?:of|with|containing|each[ \t]+(?:of|with|containing))[ \t]+",
+    re.IGNORECASE,
+)
+_EMPHASIS = re.compile(r"(?<!\w)_{1,3}(?=[^\W_])|(?<=[^\W_])_{1,3}(?!\w)")
+"""Markdown emphasis with underscores (``__12__``, ``_twelve_``), not an identifier's (``x_12``)."""
+NONE_SPAN = re.compile(r"[\W_]*none(?:[ \t]+at[ \t]+all)?[\W_]*", re.IGNORECASE)
+"""An answer span that is only ``none``: the count 0 (``ANSWER: none``, ``"count": "none"``)."""
+_NOT_GROSS = re.compile(r"[ \t]*-?[ \t]*(?!of\b)[A-Za-z]")
 
 
 @dataclass(frozen=True)
@@ -175,28 +211,50 @@ class Number:
     kind: NumberKind
     word: bool = False
     """Written in words."""
+    product: bool = False
+    """A written product (``3 x 4``), its value the product's."""
 
 
 # =========================================================================== scanning
 def scan_numbers(text: str) -> list[Number]:
     """Every number mention in ``text``, in order, each classified (see the module). Linear time."""
+    if "_" in text:
+        text = _EMPHASIS.sub(lambda m: " " * len(m.group()), text)  # same length: offsets hold
     marks = {m.end(): m.lastgroup for m in _BEFORE.finditer(text)}
     found = _digit_mentions(text, marks)
     words = _word_mentions(text, marks)
     if not words:
-        return found
-    if not found:
-        return words
-    out = sorted(found + words, key=lambda n: n.start)
-    # A word mention inside a digit mention ("2 thousand") is part of it.
-    kept: list[Number] = []
-    reach = -1
-    for n in out:
-        if n.start < reach:
+        kept = found
+    elif not found:
+        kept = words
+    else:
+        # A word mention inside a digit mention ("2 thousand") is part of it.
+        kept = []
+        reach = -1
+        for n in sorted(found + words, key=lambda n: n.start):
+            if n.start < reach:
+                continue
+            kept.append(n)
+            reach = max(reach, n.end)
+    return _products(text, kept) if len(kept) > 1 else kept
+
+
+def _products(text: str, found: list[Number]) -> list[Number]:
+    """Products written out (``3 x 4``, ``3 times 4``, ``4 rows of 3``) as one mention of their
+    value: the count they state, exactly, never one of their factors."""
+    out = [found[0]]
+    for n in found[1:]:
+        a = out[-1]
+        gap = text[a.end : n.start] if n.start - a.end <= 40 else ""
+        if not gap.strip(" \t") or not (_TIMES.fullmatch(gap) or _GROUPS_OF.fullmatch(gap)):
+            out.append(n)
             continue
-        kept.append(n)
-        reach = max(reach, n.end)
-    return kept
+        kind: NumberKind = a.kind if a.kind != "count" else n.kind
+        value = a.value * n.value if kind == "count" and a.value is not None and n.value is not None else None
+        if value is not None and value > MAX_COUNT:
+            value, kind = None, "out_of_range"
+        out[-1] = Number(a.start, n.end, value, kind, a.word or n.word, product=True)
+    return out
 
 
 def _digit_mentions(text: str, marks: dict[int, str | None]) -> list[Number]:
@@ -211,6 +269,8 @@ def _digit_mentions(text: str, marks: dict[int, str | None]) -> list[Number]:
             out.append(Number(s, e, None, "hex"))
             continue
         value, kind = _classify_digits(m.group("body"))
+        if s > 0 and text[s - 1] in ".,\u066b" and (s < 2 or text[s - 2] not in ".\u2026"):
+            kind, value = "decimal", None  # ".7", ",7": a decimal fraction without its zero
         nxt = text[e : e + 1]
         after = _DIGITS_AFTER.match(text, e) if nxt and (nxt.isalpha() or nxt in _DIGITS_AFTER_START) else None
         if after is not None:
@@ -219,16 +279,21 @@ def _digit_mentions(text: str, marks: dict[int, str | None]) -> list[Number]:
                 continue  # "3D", "10s", "1st", "12ish": not a number mention
             if what == "scale":
                 if kind == "count":
-                    word = after.group().strip().lower()
-                    value = value * (100 if word == "hundred" else _SCALES[word])  # type: ignore[operator]
-                    if value > MAX_COUNT:
-                        value, kind = None, "out_of_range"
+                    value, kind = _multiply(value, after.group().strip().lower())  # type: ignore[arg-type]
                     e = after.end()
             else:
                 out.append(Number(s, after.end(), None, what))  # type: ignore[arg-type]
                 continue
         out.append(_context(text, marks, s, e, value, kind, word=False))
     return out
+
+
+def _multiply(value: int, word: str) -> tuple[int | None, NumberKind]:
+    """``value`` times a multiplier word, exactly, or why it is no count."""
+    if word in REFUSED_SCALES:
+        return None, "scale"
+    value *= MULTIPLIERS[word]
+    return (value, "count") if value <= MAX_COUNT else (None, "out_of_range")
 
 
 def _is_word_char(c: str) -> bool:
@@ -343,10 +408,17 @@ def _word_mentions(text: str, marks: dict[int, str | None]) -> list[Number]:
                 continue
             value, j = parsed
             s, e = toks[i][1], toks[j - 1][2]
+            head = i
             i = j
             if _ORDINAL_AFTER.match(text, e):
                 continue  # "twenty-first"
             kind: NumberKind = "count" if value <= MAX_COUNT else "out_of_range"
+            if j < len(toks) and (words[j] in MULTIPLIERS or words[j] in REFUSED_SCALES) and kind == "count":
+                if words[j] == "gross" and words[head] == "a" and _NOT_GROSS.match(text, toks[j][2]):
+                    continue  # "a gross error": an adjective
+                value, kind = _multiply(value, words[j])  # type: ignore[assignment]
+                e = toks[j][2]
+                i = j + 1
             out.append(_context(text, marks, s, e, value if kind == "count" else None, kind, word=True))
     return out
 
@@ -387,7 +459,7 @@ def _below_thousand(toks: list[str], j: int) -> tuple[int, int] | None:
     if t == "a":
         if nxt == "hundred":
             return _after_hundred(toks, 100, j + 2)
-        return (1, j + 1) if nxt in _SCALES else None
+        return (1, j + 1) if nxt in _SCALES or nxt in ("dozen", "gross", "googol") else None
     small = _below_hundred(toks, j)
     if small is None:
         return None
@@ -438,6 +510,11 @@ def decide(found: list[Number]) -> tuple[int | None, str]:
     """The count stated by an answer span's mentions: ``(value, "count")`` or ``(None, why)``."""
     if not found:
         return None, "no number"
+    # A negated number (``not 12``) is never the answer; what else the span says may be.
+    stated = [n for n in found if n.kind != "negated"]
+    if not stated:
+        return None, "negated"
+    found = stated
     bad = [n.kind for n in found if n.kind != "count"]
     if bad:
         return None, bad[0].replace("_", " ")
@@ -457,32 +534,30 @@ def read_count(text: str, start: int = 0, end: int | None = None) -> tuple[int |
     line_start = max(text.rfind("\n", 0, start) + 1, start - 2 * _WINDOW)
     line = text[line_start:end]
     offset = start - line_start
-    return decide([n for n in count_mentions(line) if n.start >= offset or n.end > offset])
+    found = [n for n in count_mentions(line) if n.start >= offset or n.end > offset]
+    if not found and NONE_SPAN.fullmatch(text, start, end):
+        return 0, "count"
+    return decide(found)
 
 
 def parse_count(token: Any) -> tuple[int | None, str]:
     """One answer value under the count grammar: ``(value, "count")`` or ``(None, why)``.
 
-    Accepts an ``int`` (not a bool) or a string that is exactly one count (surrounding spaces
-    and a leading ``+`` allowed): ``"12"``, ``"1,000"``, ``"twenty-one"``, ``"2 thousand"``."""
+    Accepts an ``int`` (not a bool) or a string, read as an answer span is (``read_count``), so
+    a JSON or tool-call ``count`` reads as the same text after ``ANSWER:`` does: ``"12"``,
+    ``"__12__"``, ``"twenty-one"``, ``"two dozen"``, ``"none"`` (0). ``why`` is the kind of the
+    first mention that is no count (``"negated"``, ``"bound"``, ...) or ``"several numbers (...)"``."""
     if isinstance(token, bool) or not isinstance(token, int | str):
         return None, f"not a count ({type(token).__name__})"
     if isinstance(token, int):
         if 0 <= token <= MAX_COUNT:
             return token, "count"
         return None, "negative" if token < 0 else "out_of_range"
-    text = token.strip()
-    if text[:1] == "+" and text[1:2].isdecimal():
-        text = text[1:]
-    found = count_mentions(text)
-    if len(found) == 1:
-        n = found[0]
-        if n.kind != "count":
-            return None, n.kind
-        if n.start == 0 and n.end == len(text):
-            return n.value, "count"
-        return None, "not a count"
+    found = count_mentions(token)
     if not found:
-        return None, "not a count"
-    value, why = decide(found)
-    return None, why if value is None else "not a count"
+        return (0, "count") if NONE_SPAN.fullmatch(token) else (None, "not a count")
+    stated = [n for n in found if n.kind != "negated"] or found
+    bad = [n.kind for n in stated if n.kind != "count"]
+    if bad:
+        return None, bad[0]
+    return decide(found)

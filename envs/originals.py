@@ -20,9 +20,13 @@ through a small shared cache of decoded views (``DECODED_BYTES``). Either way an
 no pixels while it waits for its model.
 
 A source that is already the first view's PNG (an 8-bit RGB PNG within the long-side limit,
-with no chunk that changes what a decoder shows: ``png_as_sent``) is sent as its own bytes: the
-first model call of an episode then encodes nothing (``Original.source_png``). Datasets written by
-countgym, and the fitted copies below, are such files.
+with no chunk that changes what a decoder shows: ``png_as_sent``) is sent as its own pixel
+chunks: the first model call of an episode then encodes nothing (``Original.source_png``). Only
+the pixels leave the machine: text, time and resolution chunks are dropped (without re-encoding),
+and a file with anything else beside its pixels (data after the zlib stream, a stream larger
+than its pixels) is encoded afresh. Checking that costs one inflate of the pixels (bounded by
+their size), once per source file. Datasets written by countgym, and the fitted copies below,
+are such files.
 
 Large sources (a 2048 px photo: about 45 ms to decode and 42 ms to fit to 1024 px) are fitted
 once per file, not once per episode: the fitted copy is kept as a PNG in the derived cache
@@ -75,8 +79,9 @@ class Original:
         self.key = key
         """What identifies the view's pixels (None: not cached)."""
         self.source_png = png_as_sent(source, image.size) if source is not None and image.mode == "RGB" else None
-        """The file the image was decoded from, when it is a PNG of exactly the view's pixels
-        (``png_as_sent``): sent as it is, instead of an encoding of the view. Else None."""
+        """The pixel chunks of the file the image was decoded from, when it is a PNG of exactly
+        the view's pixels (``png_as_sent``: IHDR, IDAT and IEND, nothing else): sent instead of
+        an encoding of the view. Else None."""
         view = np.asarray(render_working_image(image))
         view.flags.writeable = False
         self._png: bytes | None = None
@@ -179,40 +184,99 @@ _LOCK = threading.Lock()
 
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-SENT_AS_IS = frozenset({b"IHDR", b"IDAT", b"IEND", b"pHYs", b"tEXt", b"zTXt", b"iTXt", b"tIME"})
-"""The chunks a PNG sent as it is may hold: pixels and metadata no decoder draws with. Colour
-management (``gAMA``, ``cHRM``, ``sRGB``, ``iCCP``, ``cICP``), transparency (``tRNS``),
-animation (``acTL``), orientation (``eXIf``) and any unknown chunk make it ineligible."""
+SENT_CHUNKS = frozenset({b"IHDR", b"IDAT", b"IEND"})
+"""The chunks a PNG is sent with: the header, the pixels and the end (an RGB image needs no
+``PLTE``)."""
+DROPPED_CHUNKS = frozenset({b"pHYs", b"tEXt", b"zTXt", b"iTXt", b"tIME", b"PLTE"})
+"""Chunks no decoder draws an RGB image with, dropped from what is sent (they can hold a label,
+a token, a location, or megabytes of text): the pixels' chunks are copied, never re-encoded.
+Colour management (``gAMA``, ``cHRM``, ``sRGB``, ``iCCP``, ``cICP``), transparency (``tRNS``),
+animation (``acTL``), orientation (``eXIf``) and any unknown chunk make a file ineligible: the
+view is encoded afresh instead."""
+
+
+def _deflate_bound(n: int) -> int:
+    """The most bytes a zlib stream of ``n`` bytes may take here: the bytes themselves plus 1.6 %
+    and 1 kB (an encoder's stored or expanded blocks of incompressible rows cost about 0.1 %). A
+    longer ``IDAT`` pads the pixels with something."""
+    return n + (n >> 6) + 1024
 
 
 def png_as_sent(data: bytes, size: tuple[int, int]) -> bytes | None:
-    """``data`` when it is a PNG that every decoder reads as exactly the 8-bit RGB pixels Pillow
-    decoded from it (``size``: their width and height): non-interlaced 8-bit RGB, every chunk
-    in ``SENT_AS_IS`` with a correct CRC, ending at ``IEND``; else None."""
+    """The PNG to send for ``data`` when every decoder reads it as exactly the 8-bit RGB pixels
+    Pillow decoded from it (``size``: their width and height): non-interlaced 8-bit RGB, correct
+    CRCs, one zlib stream in ``IDAT`` that inflates to exactly the pixel rows, ending at
+    ``IEND``. What is sent is ``IHDR``, ``IDAT`` and ``IEND`` only (``data`` itself when that is
+    all it holds); chunks in ``DROPPED_CHUNKS`` are left out. Else None (anything after the zlib
+    stream or after ``IEND``, a pixel stream larger than the pixels can compress to, any other
+    chunk): the view is encoded afresh. At most the pixels' size is inflated, so a compression
+    bomb costs no more than the image."""
     if not data.startswith(_PNG_SIGNATURE):
         return None
-    pos, seen_ihdr, view = len(_PNG_SIGNATURE), False, memoryview(data)
+    pos, view = len(_PNG_SIGNATURE), memoryview(data)
+    ihdr: bytes | None = None
+    idat: list[tuple[int, int]] = []  # (start, end) of each IDAT chunk, header and CRC included
+    dropped = False
     while pos + 12 <= len(data):
         length, kind = struct.unpack_from(">I4s", data, pos)
         end = pos + 12 + length
-        if end > len(data) or kind not in SENT_AS_IS:
+        if end > len(data) or (kind not in SENT_CHUNKS and kind not in DROPPED_CHUNKS):
             return None
         body = view[pos + 8 : end - 4]
         if zlib.crc32(body, zlib.crc32(kind)) != struct.unpack_from(">I", data, end - 4)[0]:
             return None
         if kind == b"IHDR":
-            if seen_ihdr or pos != len(_PNG_SIGNATURE) or length != 13:
+            if ihdr is not None or pos != len(_PNG_SIGNATURE) or length != 13:
                 return None
             w, h, depth, colour, method, filt, interlace = struct.unpack(">IIBBBBB", body)
             if (w, h) != tuple(size) or (depth, colour, method, filt, interlace) != (8, 2, 0, 0, 0):
                 return None
-            seen_ihdr = True
-        elif not seen_ihdr:
+            ihdr = data[pos:end]
+        elif ihdr is None:
             return None
+        elif kind == b"IDAT":
+            if idat and idat[-1][1] != pos:
+                return None  # the pixel chunks must follow each other
+            idat.append((pos, end))
         elif kind == b"IEND":
-            return data if end == len(data) else None
+            if end != len(data) or length != 0 or not idat:
+                return None
+            if not _one_stream_of_pixels(view, idat, size):
+                return None
+            if not dropped:
+                return data
+            return b"".join([_PNG_SIGNATURE, ihdr, view[idat[0][0] : idat[-1][1]], data[pos:end]])
+        else:
+            if kind == b"PLTE" and idat:
+                return None  # a palette after the pixels: not a valid PNG
+            dropped = True
         pos = end
     return None
+
+
+def _one_stream_of_pixels(view: memoryview, idat: list[tuple[int, int]], size: tuple[int, int]) -> bool:
+    """Whether the ``IDAT`` chunks hold one zlib stream of exactly the pixel rows of an 8-bit RGB
+    image of ``size``, with nothing after it (inflating no more than the rows)."""
+    w, h = size
+    rows = h * (1 + 3 * w)
+    if sum(end - start - 12 for start, end in idat) > _deflate_bound(rows):
+        return False
+    inflater = zlib.decompressobj()
+    got = 0
+    try:
+        for start, end in idat:
+            chunk: bytes | memoryview = view[start + 8 : end - 4]
+            while len(chunk):
+                if inflater.eof:
+                    return False  # bytes after the zlib stream: a second stream, a payload
+                # max_length >= 1 here (a 0 would mean no limit): ``got`` never passes ``rows``.
+                got += len(inflater.decompress(chunk, rows + 1 - got))
+                if got > rows or inflater.unused_data:
+                    return False
+                chunk = inflater.unconsumed_tail
+    except zlib.error:
+        return False
+    return inflater.eof and got == rows
 
 
 def _pack_runs(view: np.ndarray) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]] | None:
@@ -338,6 +402,17 @@ def _fitted_path(key: tuple[Any, ...]) -> Path:
     return derived_cache_root() / "fitted" / f"{name}.png"
 
 
+def _fitted_folder(folder: Path) -> None:
+    """Create the derived cache's ``fitted/`` folder with countgym's marks (``cache_marks``)."""
+    from countgym.scenes.cache import ensure_cache_root
+    from countgym.scenes.cache_marks import BUILD_MARKER, mark_build
+
+    ensure_cache_root(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    if not (folder / BUILD_MARKER).exists():
+        mark_build(folder)
+
+
 def _standard_loader(dataset: Any) -> bool:
     """Whether ``dataset`` reads its images as countgym's ``Dataset`` does (not its own way)."""
     from countgym.stimulus import Dataset
@@ -376,7 +451,7 @@ def _load_fitted(
     fitted.save(buf, format="PNG", compress_level=1)
     data = buf.getvalue()
     try:
-        cached.parent.mkdir(parents=True, exist_ok=True)
+        _fitted_folder(cached.parent)
         tmp = cached.with_name(f".{cached.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_bytes(data)
         os.replace(tmp, cached)

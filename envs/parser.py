@@ -94,7 +94,8 @@ def _parse(reply: Any, tools: tuple[str, ...]) -> ParseResult:
 
 
 def _last_json_action(text: str) -> dict[str, Any] | None:
-    """The last decodable JSON object with a ``tool`` key, in time linear in the text.
+    """The last decodable JSON object with a ``tool`` key (the outermost one where such objects
+    nest), in time linear in the text.
 
     One pass pairs every ``{`` with its ``}``; only paired openings whose span holds a
     ``"tool"`` key are decoded, from the last one back, so stray braces (any number of them)
@@ -103,9 +104,12 @@ def _last_json_action(text: str) -> dict[str, Any] | None:
     if "tool" not in text:
         return None
     closing: dict[int, int] = {}
+    parent: dict[int, int] = {}
     stack: list[int] = []
     for m in _BRACE.finditer(text):
         if m.group() == "{":
+            if stack:
+                parent[m.start()] = stack[-1]
             stack.append(m.start())
         elif stack:
             closing[stack.pop()] = m.start()
@@ -115,22 +119,44 @@ def _last_json_action(text: str) -> dict[str, Any] | None:
     if not keys:
         return None
     decoder = json.JSONDecoder()
-    budget = _DECODE_WORK * len(text) + 4096
-    for start in sorted(closing, reverse=True):
+    budget = [_DECODE_WORK * len(text) + 4096]
+
+    def decode(start: int) -> dict[str, Any] | None:
         end = closing[start]
         i = bisect.bisect_right(keys, start)
         if i >= len(keys) or keys[i] > end:
-            continue  # no "tool" key inside this object
-        budget -= end - start + 1
-        if budget < 0:
-            return None
+            return None  # no "tool" key inside this object
+        budget[0] -= end - start + 1
+        if budget[0] < 0:
+            raise _OutOfBudget
         try:
             obj, _ = decoder.raw_decode(text, start)
         except (ValueError, RecursionError):
-            continue
-        if isinstance(obj, dict) and "tool" in obj:
-            return obj
+            return None
+        return obj if isinstance(obj, dict) and "tool" in obj else None
+
+    try:
+        for start in sorted(closing, reverse=True):
+            found = decode(start)
+            if found is None:
+                continue
+            # An action nested inside an enclosing action (a "note" or "previous" field) does
+            # not win over it: the outermost enclosing object that is an action is the action.
+            outer = parent.get(start)
+            while outer is not None:
+                if outer in closing:
+                    enclosing = decode(outer)
+                    if enclosing is not None:
+                        found = enclosing
+                outer = parent.get(outer)
+            return found
+    except _OutOfBudget:
+        return None
     return None
+
+
+class _OutOfBudget(Exception):
+    """Decoding has read ``_DECODE_WORK`` times the text's length."""
 
 
 def _salvage(text: str) -> dict[str, Any] | None:

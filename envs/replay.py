@@ -77,6 +77,32 @@ def replay_observation(record: EpisodeRecord, dataset: Dataset, k: int | None = 
     return _replay_image_task(record, dataset, stim, k)
 
 
+def first_observation_text(record: EpisodeRecord, dataset: Dataset) -> dict[str, str]:
+    """The text of an episode's first observation, rebuilt from its logged environment and
+    options: ``system`` (the system prompt, tools and budget of the tool loop), ``user`` (the
+    first user message: the question, with the MCQ options on CounterCount) and, under the
+    native protocol, ``tools`` (the tool schema). A policy's own system prompt, logged in its
+    arm options (``system``), comes first.
+    """
+    from countgym.tasks import env_for_dataset, make_task_env
+
+    stim = dataset[record.stimulus_id]
+    env_id = record.env or env_for_dataset(record.dataset)
+    options = {k: v for k, v in record.env_options.items() if k != "task"}
+    env = make_task_env(env_id, dataset, options, arm=record.arm.name, model=record.model)
+    try:
+        prompt_text = getattr(env, "prompt_text", None)
+        if prompt_text is None:
+            raise UserError(f"environment {env_id} cannot rebuild its first observation's text")
+        text = {k: str(v) for k, v in prompt_text(stim).items()}
+    finally:
+        env.close()
+    own = record.arm.options.get("system")
+    if isinstance(own, str) and own:
+        text["system"] = own + ("\n\n" + text["system"] if text.get("system") else "")
+    return text
+
+
 def _replay_image_task(record: EpisodeRecord, dataset: Dataset, stim: Any, k: int) -> np.ndarray:
     original = fit_long_side(dataset.load_image(stim), MAX_LONG_SIDE)
     tags: list[tuple[float, float]] = []

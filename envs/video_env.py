@@ -300,6 +300,11 @@ class CountVideoEnv(gym.Env):
         # Other video datasets: fall back to the plural object name.
         return PROMPTS[self.prompt].replace("{color} {shape}s", stimulus.obj)
 
+    def prompt_text(self, stimulus: Stimulus) -> dict[str, str]:
+        """The text of the first observation for ``stimulus``: ``user``, the question of this
+        environment's prompt (P1-P3)."""
+        return {"system": "", "user": self.question(stimulus)}
+
     @property
     def image_size(self) -> tuple[int, int]:
         """(width, height) of the frames shown at reset."""

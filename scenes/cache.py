@@ -30,6 +30,8 @@ from typing import Any, TextIO
 
 from countgym.errors import UserError
 
+from .cache_marks import LOCK_TEXT, ensure_root, mark_build
+
 CACHE_ENV = "COUNTGYM_CACHE"
 DERIVED_CACHE_ENV = "COUNTGYM_DERIVED_CACHE"
 
@@ -72,6 +74,20 @@ def sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, old)
 
 
+def ensure_cache_root(final: Path) -> None:
+    """Create (and mark, see ``cache_marks``) the cache root that ``final`` goes into: the
+    derived cache, the battery cache, or, for a folder in neither, ``final``'s own folder."""
+    derived, battery = derived_cache_root(), cache_root()
+    if final.parent == derived or derived in final.parents:
+        if derived.parent == battery:
+            ensure_root(battery, derived=derived)
+        ensure_root(derived, derived=derived)
+    elif final.parent == battery or battery in final.parents:
+        ensure_root(battery, derived=derived)
+    else:
+        ensure_root(final.parent)
+
+
 def partial_folder(final: Path) -> Path:
     """Where a resumable build of ``final`` keeps its finished items until it completes."""
     return final.parent / f".{final.name}.partial"
@@ -87,7 +103,9 @@ def build_lock(final: Path, *, stream: TextIO | None = None) -> Iterator[None]:
 
     The lock file is removed once ``final`` is complete. That is safe because every holder
     re-checks for the manifest after acquiring: a process still waiting on the removed file,
-    or one that creates a fresh lock file, finds the folder built and returns."""
+    or one that creates a fresh lock file, finds the folder built and returns. The file holds
+    ``cache_marks.LOCK_TEXT``, so that ``cache clean`` knows it for countgym's."""
+    ensure_cache_root(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     path = final.parent / f".{final.name}.lock"
     with open(path, "a+") as fh:
@@ -100,6 +118,9 @@ def build_lock(final: Path, *, stream: TextIO | None = None) -> Iterator[None]:
                 flush=True,
             )
             fcntl.flock(fh, fcntl.LOCK_EX)
+        if fh.seek(0, os.SEEK_END) == 0:
+            fh.write(LOCK_TEXT)
+            fh.flush()
         try:
             yield
             if _ready(final):
@@ -166,6 +187,7 @@ def build_once(
             tmp.mkdir(exist_ok=True)
         else:
             tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
+        mark_build(tmp)  # before the first item: what ``cache clean`` may remove carries it
         done = False
         try:
             with sigterm_as_interrupt():

@@ -1,14 +1,17 @@
 """What the dataset cache holds, and cleaning it (``countgym cache``, ``countgym cache clean``).
 
-Entries are the folders of ``cache_root()`` and of its ``derived/`` folder. Each is one of:
+Entries are the builds in ``cache_root()`` and in the derived cache's folders (``transforms/``,
+``photos/``, and ``fitted/`` as one entry). Only what carries countgym's marks
+(``cache_marks``) is an entry; anything else in a root is not listed and never removed. Each is:
 
 - ``complete``: a finished build (it has ``manifest.jsonl``);
 - ``building``: a build in progress (its build lock is held by a live process);
 - ``partial``: an interrupted build (``.NAME.partial``, which the next build resumes, or a
-  folder without a manifest);
+  marked folder without a manifest);
 - ``stale``: a temporary build folder (``.NAME.*.tmp``) or lock file left by a process that died.
 
-Cleaning never touches an entry whose build lock is held.
+Cleaning refuses a root without ``cache_marks.ROOT_MARKER`` and never touches an entry whose
+build lock is held.
 """
 
 from __future__ import annotations
@@ -17,15 +20,29 @@ import fcntl
 import os
 import shutil
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from countgym.errors import UserError
+
 from .cache import cache_root, derived_cache_root
+from .cache_marks import (
+    BUILD_MARKER,
+    DERIVED_KINDS,
+    FLAT_KINDS,
+    ROOT_MARKER,
+    ensure_root,
+    fitted_file,
+    has_build_marker,
+    is_lock_file,
+    is_marked_root,
+    target_name,
+)
 
 
 @dataclass(frozen=True)
 class CacheEntry:
-    """One folder (or leftover lock file) of the cache."""
+    """One build folder (or leftover lock file) of the cache."""
 
     path: Path
     state: str
@@ -33,6 +50,9 @@ class CacheEntry:
     bytes: int
     items: int | None
     """Lines of its manifest (stimuli), when complete."""
+    files: tuple[Path, ...] = field(default=())
+    """For a folder of plain files (``fitted/``): the files countgym wrote, which are all that
+    cleaning it removes."""
 
     @property
     def name(self) -> str:
@@ -69,15 +89,7 @@ def _lock_held(lock: Path) -> bool:
 
 
 def _target_name(path: Path) -> str:
-    """The build a temp folder or lock belongs to: ``.NAME.abc123.tmp`` / ``.NAME.lock`` -> NAME."""
-    name = path.name
-    if name.endswith(".lock"):
-        return name[1:-len(".lock")]
-    if name.endswith(".tmp"):
-        return name[1:-len(".tmp")].rsplit(".", 1)[0]
-    if name.endswith(".partial"):
-        return name[1:-len(".partial")]
-    return name
+    return target_name(path.name)
 
 
 def _items(manifest: Path) -> int | None:
@@ -88,21 +100,46 @@ def _items(manifest: Path) -> int | None:
         return None
 
 
+def cache_roots() -> list[Path]:
+    """The cache roots in use: the battery cache and the derived cache (once each)."""
+    roots = [cache_root(), derived_cache_root()]
+    return [r for i, r in enumerate(roots) if r not in roots[:i]]
+
+
+def unmarked_roots() -> list[Path]:
+    """The existing cache roots without countgym's marker, after adopting the old countgym caches
+    among them (``cache_marks.ensure_root``): the roots ``cache clean`` refuses."""
+    derived = derived_cache_root()
+    out = []
+    for root in cache_roots():
+        if root.exists() and not ensure_root(root, derived=derived):
+            out.append(root)
+    return out
+
+
+def _flat_entry(kind: Path) -> CacheEntry | None:
+    if not has_build_marker(kind):
+        return None
+    files = tuple(q for q in sorted(kind.iterdir()) if q.is_file() and not q.is_symlink() and fitted_file(q.name))
+    return CacheEntry(kind, "complete", sum(q.stat().st_size for q in files), len(files), files)
+
+
 def cache_entries(roots: Iterable[Path] | None = None) -> list[CacheEntry]:
-    """Every entry of the cache folders (default: the battery cache and the derived cache)."""
+    """Every countgym build in the cache folders (default: the battery cache and the folders of
+    the derived cache); folders and files without countgym's marks are not entries."""
     extra: list[CacheEntry] = []
     if roots is None:
         derived = derived_cache_root()
         # The derived cache keeps one folder per kind (transforms/, photos/): each is a root,
         # except a kind that holds plain files (fitted/: resized copies of large sources), which
         # is one entry.
-        kinds = sorted(p for p in derived.iterdir() if p.is_dir()) if derived.is_dir() else []
-        flat = [k for k in kinds if not any(q.is_dir() for q in k.iterdir())]
-        roots = [cache_root(), *(k for k in kinds if k not in flat)]
+        kinds = ([derived / k for k in DERIVED_KINDS if (derived / k).is_dir() and not (derived / k).is_symlink()]
+                 if derived.is_dir() else [])
+        roots = [cache_root(), *(k for k in kinds if k.name not in FLAT_KINDS)]
         skip = {derived.resolve()}
-        for k in flat:
-            files = [q for q in k.iterdir() if q.is_file()]
-            extra.append(CacheEntry(k, "complete", sum(q.stat().st_size for q in files), len(files)))
+        for k in kinds:
+            if k.name in FLAT_KINDS and (entry := _flat_entry(k)) is not None:
+                extra.append(entry)
     else:
         skip = set()
     roots = [r for r in roots if r.is_dir()]
@@ -110,15 +147,17 @@ def cache_entries(roots: Iterable[Path] | None = None) -> list[CacheEntry]:
     out: list[CacheEntry] = []
     for root in roots:
         for path in sorted(root.iterdir()):
-            if path.resolve() in skip:
+            if path.is_symlink() or path.resolve() in skip:
                 continue  # a cache folder inside another is listed as its own root
             lock = root / f".{_target_name(path)}.lock"
-            held = _lock_held(lock)
+            held = _lock_held(lock) if is_lock_file(lock) else False
             if path.name.startswith("."):
                 if path.name.endswith(".lock"):
-                    if held:
-                        continue  # listed with its build
+                    if held or not is_lock_file(path):
+                        continue  # listed with its build, or not countgym's
                     state = "stale"
+                elif not has_build_marker(path):
+                    continue
                 elif path.name.endswith(".tmp"):
                     state = "building" if held else "stale"
                 elif path.name.endswith(".partial"):
@@ -127,7 +166,7 @@ def cache_entries(roots: Iterable[Path] | None = None) -> list[CacheEntry]:
                     continue
                 out.append(CacheEntry(path, state, _size(path), None))
                 continue
-            if not path.is_dir():
+            if not has_build_marker(path):
                 continue
             manifest = path / "manifest.jsonl"
             if manifest.is_file():
@@ -153,7 +192,8 @@ def clean_cache(
     names: Iterable[str] = (), dry_run: bool = False,
 ) -> list[CacheEntry]:
     """Remove stale entries (and ``partial`` builds, or ``everything``, or the named entries);
-    never an entry being built. Returns what was (or, with ``dry_run``, would be) removed."""
+    never an entry being built, never anything without countgym's marks (each is checked again
+    just before it goes). Returns what was (or, with ``dry_run``, would be) removed."""
     wanted = set(names)
     gone: list[CacheEntry] = []
     for e in entries:
@@ -163,15 +203,46 @@ def clean_cache(
             pick = e.name in wanted or _target_name(e.path) in wanted
         else:
             pick = everything or e.state == "stale" or (partial and e.state == "partial")
-        if not pick:
+        if not pick or not _still_countgyms(e):
             continue
         if not dry_run:
-            if e.path.is_dir() and not e.path.is_symlink():
-                shutil.rmtree(e.path, ignore_errors=True)
-            else:
-                e.path.unlink(missing_ok=True)
+            _remove(e)
         gone.append(e)
     return gone
 
 
-__all__ = ["CacheEntry", "cache_entries", "clean_cache", "format_bytes"]
+def _still_countgyms(e: CacheEntry) -> bool:
+    if e.files:
+        return True  # only the listed files go, each one named as countgym names them
+    if e.path.name.endswith(".lock") and not e.path.is_dir():
+        return is_lock_file(e.path)
+    return has_build_marker(e.path)
+
+
+def _remove(e: CacheEntry) -> None:
+    if e.files:
+        for f in e.files:
+            if fitted_file(f.name) and not f.is_symlink():
+                f.unlink(missing_ok=True)
+        return
+    if e.path.is_dir() and not e.path.is_symlink():
+        shutil.rmtree(e.path, ignore_errors=True)
+    else:
+        e.path.unlink(missing_ok=True)
+
+
+def refuse_unmarked(roots: list[Path]) -> None:
+    """One line (a ``UserError``) when a cache root lacks countgym's marker."""
+    if not roots:
+        return
+    root = roots[0]
+    var = "COUNTGYM_DERIVED_CACHE" if root == derived_cache_root() and root != cache_root() else "COUNTGYM_CACHE"
+    raise UserError(
+        f"cache clean: {root} ({var}) holds files countgym did not make and has no {ROOT_MARKER} "
+        f"marker, so nothing in it is removed; point {var} at a folder of its own (or unset it "
+        f"for ~/.cache/countgym) and remove old builds in {root} by hand"
+    )
+
+
+__all__ = ["BUILD_MARKER", "CacheEntry", "cache_entries", "cache_roots", "clean_cache", "format_bytes",
+           "is_marked_root", "refuse_unmarked", "unmarked_roots"]

@@ -241,3 +241,40 @@ def test_the_usage_estimate_reads_image_sizes_from_their_headers(fmt: str, size:
     buf = io.BytesIO()
     Image.new("RGB", size).save(buf, format=fmt)
     assert image_size(f"data:image/{fmt.lower()};base64," + base64.b64encode(buf.getvalue()).decode()) == size
+
+
+def _post_headers(srv, messages: list[dict]) -> tuple[dict, str]:
+    req = urllib.request.Request(
+        srv.base_url + "/chat/completions",
+        data=json.dumps({"model": "blob", "messages": messages}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=10) as r:
+        body = json.loads(r.read())
+        return dict(r.headers), body["choices"][0]["message"]["content"]
+
+
+def test_blind_tasks_are_announced_once_with_a_header(capsys) -> None:
+    """CounterCount and video prompts: the server cannot see their truth and says so (one stderr
+    line per task, a header on every such reply); image prompts carry no such header."""
+    from countgym.envs.cf_env import build_question
+    from countgym.envs.video_templates import PROMPTS
+    from countgym.stimulus import Stimulus
+
+    stim = Stimulus(id="dog-4", n=4, obj="legs", obj_sing="leg", image="x.png",
+                    meta={"subject": "dog", "attribute": "legs", "canonical_count": 4, "cf_count": 5, "kind": "cf"})
+    cf = build_question(stim, format="mcq").text
+    video = PROMPTS["P1"].format(color="red", shape="cube")
+    img = disc_image()
+    with TestServer() as srv:
+        for _ in range(3):
+            headers, _ = _post_headers(srv, [user(cf, img)])
+            assert "countercount" in headers["X-Countgym-Blind"] and "--simulate" in headers["X-Countgym-Blind"]
+        headers, _ = _post_headers(srv, [user(video, img)])
+        assert headers["X-Countgym-Blind"].startswith("video")
+        headers, _ = _post_headers(srv, [user(T.DIRECT.format(obj="dots"), img)])
+        assert "X-Countgym-Blind" not in headers
+    err = capsys.readouterr().err
+    assert err.count("countgym testserver: CounterCount prompts") == 1
+    assert err.count("countgym testserver: CountVideoBench prompts") == 1
+    assert len(err.strip().splitlines()) == 2

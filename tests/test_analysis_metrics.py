@@ -151,10 +151,13 @@ def test_bootstrap_ci_contains_estimate_and_is_deterministic() -> None:
 
 
 def test_bootstrap_mean_ignores_nan_items_in_estimate() -> None:
-    v = np.array([1.0, np.nan, 3.0, np.nan])
+    v = np.array([1.0, np.nan, 3.0, np.nan] * 3)
     r = bootstrap_mean_ci(v, n_resamples=500, seed=0)
-    assert r.estimate == 2.0
+    assert r.estimate == 2.0 and r.note is None
     assert 1.0 <= r.low <= r.high <= 3.0
+    # Two valued items: too few for an interval, which is empty with the reason.
+    small = bootstrap_mean_ci(v[:4], n_resamples=500, seed=0)
+    assert small.estimate == 2.0 and np.isnan(small.low) and small.note == "2 items, fewer than 5"
 
 
 def test_bootstrap_chunking_does_not_change_results(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -250,8 +253,9 @@ def test_summary_rates_per_100_objects_and_consistency() -> None:
     assert row["revision_rate"] == pytest.approx(2 / 3)  # among the 3 with >= 1 tag call
     assert row["pointing_error"] == pytest.approx(7.0)  # median of per-image medians 4 and 10
     assert row["tau_median"] == pytest.approx(25.0)
-    assert row["em_ci_low"] <= row["em"] <= row["em_ci_high"]
-    assert row["mae_ci_low"] <= row["mae"] <= row["mae_ci_high"]
+    # 4 episodes (3 answered): fewer than the minimum, so the intervals are empty with a reason.
+    assert math.isnan(row["em_ci_low"]) and math.isnan(row["mae_ci_high"])
+    assert row["ci_note"].startswith("em: 4 episodes, fewer than 5; mae: 3 answered episodes, fewer than 5")
     # The tau-sensitivity columns are absent from this table, so their rates are NaN.
     assert math.isnan(row["on_target_per100_t150"])
 

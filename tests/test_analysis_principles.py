@@ -137,7 +137,10 @@ def test_agreement_hand_computed() -> None:
     assert ag.cross_disagreement == pytest.approx(0.75)
     assert ag.cross_agreement == pytest.approx(0.25)
     assert ag.effect == pytest.approx(0.25)
-    assert ag.effect_ci_low <= ag.effect <= ag.effect_ci_high
+    assert math.isnan(ag.effect_ci_low) and math.isnan(ag.effect_ci_high)  # 2 stimuli: too few for a CI
+    wide = agreement({f"{k}{s}": v for k in range(3) for s, v in a.items()},
+                     {f"{k}{s}": v for k in range(3) for s, v in b.items()}, n_resamples=200)
+    assert wide.effect == pytest.approx(0.25) and wide.effect_ci_low <= wide.effect <= wide.effect_ci_high
     # Without repeats the repeat control and the effect are undefined.
     single = agreement({"s": [3]}, {"s": [None]})
     assert single.cross_disagreement == 1.0 and math.isnan(single.effect)

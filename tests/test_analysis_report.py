@@ -215,6 +215,9 @@ def test_report_renders_in_a_headless_browser(audit_dir: Path, tmp_path: Path) -
     assert m is not None, "the viewer did not render an episode"
     assert m.group(1).endswith("/r0")
     assert dom.count('<div class="step') >= 2
+    # What the model was asked: the first observation's text, above the steps.
+    assert "what the model was asked (first observation)" in dom
+    assert "Count the dots in this image." in dom or "Count the " in dom.split('class="asked"', 1)[1]
     assert len(re.findall(r'<img src="data:image/jpeg;base64,', dom)) >= 3
     assert len(re.findall(r"<option ", dom)) == 6
     # The markup in the reply is shown as text, never as an element.

@@ -96,10 +96,16 @@ def test_countercount_judge_is_the_runs_own_model_when_asked(
 
         assert main(["audit", str(tmp_path / "runs"), "--out", str(tmp_path / "none"), "--no-judge", "--viewer-episodes", "0"]) == 0
         assert srv.request_count == 0 and _episodes(tmp_path / "none")["answer"].isna().all()
-        assert "judge: <b>none" in (tmp_path / "none" / "report.html").read_text()
+        html = (tmp_path / "none" / "report.html").read_text()
+        assert "judge: <b>off (--no-judge); 4 of 4 CounterCount replies named several numbers" in html
+        assert ("4 counted as no answer for want of a judge; judge them with: countgym audit "
+                f"{tmp_path / 'runs'} --out {tmp_path / 'none'} --judge same --judge-option api_base=URL") in html
 
         assert main(["audit", str(tmp_path / "runs"), "--out", str(tmp_path / "dflt"), "--viewer-episodes", "0"]) == 0
-        assert srv.request_count == 0  # no model call unless asked
+        assert srv.request_count == 0  # the paper's judge, but never at the endpoint a log names
+        html = (tmp_path / "dflt" / "report.html").read_text()
+        assert "judge: <b>could not run (see the notes): each run&#x27;s own model" in html
+        assert "4 counted as no answer (the judge could not read them); judge them with:" in html
         assert main(["audit", str(tmp_path / "runs"), "--out", str(tmp_path / "a"), "--viewer-episodes", "0",
                      "--judge", "same", "--judge-option", f"api_base={srv.base_url}"]) == 0
         assert srv.request_count == n and srv.last_request["model"] == "blob"
@@ -110,13 +116,15 @@ def test_countercount_judge_is_the_runs_own_model_when_asked(
         assert (eps["answer"] == 5).all() and (eps["extracted_by"] == "judge").all()
         cf = pd.read_csv(tmp_path / "a" / "countercount" / "cf_episodes.csv")
         assert (cf["answer"] == 5).all() and (cf["method"] == "judge").all()
-        assert "judge: <b>openai/blob" in (tmp_path / "a" / "report.html").read_text()
+        html = (tmp_path / "a" / "report.html").read_text()
+        assert "judge: <b>ran: each run&#x27;s own model" in html and "Section 3): openai/blob" in html
+        assert "needed it: 4 judged (scored as the number the judge read), 0 counted as no answer" in html
 
         args = ["audit", str(tmp_path / "runs"), "--out", str(tmp_path / "b"), "--viewer-episodes", "0",
                 "--judge", "openai/other-judge", "--judge-option", f"api_base={srv.base_url}"]
         assert main(args) == 0
         assert srv.request_count == 2 * n and srv.last_request["model"] == "other-judge"
-        assert "judge: <b>openai/other-judge" in (tmp_path / "b" / "report.html").read_text()
+        assert "judge: <b>ran: openai/other-judge" in (tmp_path / "b" / "report.html").read_text()
 
 
 def test_an_unreachable_judge_cannot_stall_the_audit(

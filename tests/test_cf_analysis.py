@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from countgym.agents.cf_arm import CFArm, CFPolicy, is_cf_arm, make_cf_policy, parse_cf_arm
@@ -66,8 +67,9 @@ def test_bias_metrics_known_answer(cf4: Dataset, records: list[EpisodeRecord]) -
     assert base.cf_accuracy + base.bias_rate + base.other_error_rate == pytest.approx(1.0)
     assert (cue.cf_accuracy, cue.bias_rate) == pytest.approx((0.75, 0.25))
     assert np.isnan(cue.factual_accuracy) and cue.n_factual == 0
-    for col in ("cf_accuracy", "bias_rate", "factual_accuracy"):
-        assert base[f"{col}_low"] <= base[col] <= base[f"{col}_high"]
+    for col in ("cf_accuracy", "bias_rate", "factual_accuracy"):  # 4 items: fewer than MIN_CI_ITEMS
+        assert np.isnan(base[f"{col}_low"]) and np.isnan(base[f"{col}_high"])
+    assert base.ci_note.startswith("factual_accuracy: 4 factual items, fewer than 5; cf_accuracy, bias_rate")
     assert cf_scores(df).equals(cf_scores(df))  # seeded
     cats = scores_by(df[df.intervention == "baseline"], "category").set_index("category")
     assert cats.loc["Bugs", "n_cf"] == 1 and cats.loc["Mammals", "cf_accuracy"] == pytest.approx(0.5)
@@ -80,7 +82,7 @@ def test_paired_deltas_known_answer(cf4: Dataset, records: list[EpisodeRecord]) 
     d = paired_deltas(df).iloc[0]
     assert (d.level, d.n_pairs) == ("cue", 4)
     assert (d.accuracy_delta, d.bias_rate_delta) == pytest.approx((0.5, -0.25))
-    assert d.accuracy_delta_low <= 0.5 <= d.accuracy_delta_high
+    assert np.isnan(d.accuracy_delta_low) and "4 pairs, fewer than 5" in d.ci_note
     drop = paired_deltas(df[df.intervention == "baseline"], factor="kind", baseline="factual",
                          key=("pair_id", "repeat"), by=("model",), kind=None).iloc[0]
     assert drop.n_pairs == 4 and drop.accuracy_delta == pytest.approx(-0.5)
@@ -97,10 +99,13 @@ def test_errored_episodes_are_counted_not_scored(cf4: Dataset, records: list[Epi
     assert paired_deltas(df).iloc[0].n_pairs == 3
 
 
-def test_bootstrap_ci_of_a_constant_is_a_point(cf4: Dataset) -> None:
+def test_bootstrap_ci_of_a_constant_is_not_estimable(cf4: Dataset) -> None:
+    """Every outcome alike: the bootstrap cannot vary, so no [1.00, 1.00] interval is claimed."""
     df = cf_frame(_run(cf4, {"dog-3-cf": "3", "cat-1-cf": "1"}), cf4)
+    df = pd.concat([df] * 3, ignore_index=True)  # 6 items, all correct
     s = cf_scores(df).iloc[0]
-    assert (s.cf_accuracy, s.cf_accuracy_low, s.cf_accuracy_high) == (1.0, 1.0, 1.0)
+    assert s.cf_accuracy == 1.0 and np.isnan(s.cf_accuracy_low) and np.isnan(s.cf_accuracy_high)
+    assert "cf_accuracy, bias_rate, other_error_rate, no_answer_rate: no resample of the 6 CF items changes" in s.ci_note
 
 
 class _Judge:

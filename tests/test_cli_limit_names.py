@@ -24,11 +24,27 @@ def _stims(levels: dict[int, int], pairs: bool = False) -> list[Stimulus]:
 
 def test_limit_takes_every_level_its_share_spread_within_the_level() -> None:
     stims = _stims({1: 3, 2: 3, 3: 3, 4: 3})
-    # one per level, the middle of each level's three
-    assert limited_ids(stims, 4) == ["n1-1", "n2-1", "n3-1", "n4-1"]
-    # 2 of 4 levels: positions floor((2j + 1) 4 / 4) = 1 and 3 (the named subsets' rule)
-    assert limited_ids(stims, 2) == ["n2-1", "n4-1"]
-    assert limited_ids(stims, None) == limited_ids(stims, 99) == [s.id for s in stims]
+    # one per level, the middle of each level's three, the levels in a spread order (middle first)
+    assert limited_ids(stims, 4) == ["n3-1", "n1-1", "n4-1", "n2-1"]
+    # 2 of 4 levels: two apart; then the levels' first and last of three
+    assert limited_ids(stims, 2) == ["n3-1", "n1-1"]
+    assert limited_ids(stims, 8) == ["n3-1", "n1-1", "n4-1", "n2-1", "n3-0", "n1-0", "n4-0", "n2-0"]
+    assert limited_ids(stims, None) == [s.id for s in stims]
+    assert sorted(limited_ids(stims, 99)) == sorted(s.id for s in stims)
+
+
+def test_limits_nest() -> None:
+    stims = _stims({n: 7 for n in range(1, 14)}) + _stims({20: 2})
+    whole = limited_ids(stims, len(stims))
+    assert sorted(whole) == sorted(s.id for s in stims)
+    for k in range(1, len(stims) + 1):
+        got = limited_ids(stims, k)
+        assert got == whole[:k]  # a limit is a prefix of one fixed order
+        sizes = [7] * 13 + [2]
+        per_level = [sum(i.startswith(f"n{n}-") for i in got) for n in [*range(1, 14), 20]]
+        # the levels share k equally (within one); a level that has given all it has drops out
+        open_levels = [p for p, c in zip(per_level, sizes, strict=True) if p < c]
+        assert not open_levels or max(per_level) - min(open_levels) <= 1, (k, per_level)
 
 
 def test_a_short_level_gives_all_it_has_and_the_rest_is_shared_again() -> None:
@@ -48,13 +64,14 @@ def test_pairs_stay_whole(tiny_countercount: Path) -> None:
 
 
 def test_run_limit_is_stratified_by_count(tiny_dataset, tmp_path: Path) -> None:
-    # the tiny set has n = 4 ("four"), 2 ("two"), 10 ("row") in manifest order; the first two
-    # stimuli would be n = 4 and n = 2, the stratified two are the lowest and highest counts.
+    # the tiny set has n = 4 ("four"), 2 ("two"), 10 ("row") in manifest order; the stratified
+    # order takes the middle count first, then the lowest, then the highest.
     out = tmp_path / "runs"
-    assert main(["run", "--data", str(tiny_dataset.root), "--agent", "oracle", "--limit", "2", "--out", str(out),
+    assert main(["run", "--data", str(tiny_dataset.root), "--agent", "oracle", "--limit", "1", "--out", str(out),
                  "--no-progress"]) == 0
     (log,) = out.glob("*.jsonl")
-    assert sorted(r.stimulus_id for r in read_records([log])) == ["row", "two"]
+    assert [r.stimulus_id for r in read_records([log])] == ["four"]
+    assert limited_ids(tiny_dataset.stimuli, 3) == ["four", "two", "row"]
 
 
 def test_limit_on_countvideo_builds_only_a_balanced_subset() -> None:

@@ -223,7 +223,7 @@ def test_error_status_without_json_keeps_its_status_and_scrubs_the_key(canned) -
     assert r.error is not None and "HTTP 502" in r.error and KEY not in r.error and "SECRET42" not in r.error
 
 
-# --- connection lanes ---------------------------------------------------------------------------
+# --- connections ---------------------------------------------------------------------------
 class _Slow(_Canned):
     """Holds every request for a moment and notes which connection (client port) it came on."""
 
@@ -244,21 +244,19 @@ class _Slow(_Canned):
         super().do_POST()
 
 
-def _burst(url: str, n: int, max_connections: int, lean: bool | None = None) -> tuple[Any, list[Any]]:
-    import asyncio
+def _burst(url: str, n: int, max_connections: int) -> tuple[Any, list[Any]]:
+    """Two bursts of ``n`` requests at once, each from its own thread."""
+    from concurrent.futures import ThreadPoolExecutor
 
     from countgym.agents.backends.openai_direct import DirectTransport, request_body
 
-    transport = DirectTransport(url, "sk-x", max_connections=max_connections, lean=lean)
+    transport = DirectTransport(url, "sk-x", max_connections=max_connections)
     body = request_body("openai/blob", [{"role": "user", "content": "hi"}], {})
-
-    async def go() -> list[Any]:
-        first = await asyncio.gather(*(transport.complete(body) for _ in range(n)))
-        second = await asyncio.gather(*(transport.complete(body) for _ in range(n)))
-        await transport.aclose()
-        return first + second
-
-    return transport, asyncio.run(go())
+    with ThreadPoolExecutor(n) as pool:
+        replies = [*pool.map(lambda _: transport.complete_blocking(body, None, 20.0), range(n))]
+        replies += pool.map(lambda _: transport.complete_blocking(body, None, 20.0), range(n))
+    transport.close()
+    return transport, replies
 
 
 @pytest.fixture
@@ -268,43 +266,20 @@ def slow() -> Iterator[tuple[str, type[_Slow]]]:
 
 
 def test_concurrent_requests_run_together_and_reuse_connections(slow) -> None:
-    """The lean pool (the default for a local URL): 20 requests at once open 20 connections, all
-    20 are in flight together, and a second burst reuses them (keep-alive)."""
+    """20 requests at once from 20 threads open 20 connections, all 20 are in flight together,
+    and a second burst reuses them (keep-alive)."""
     url, handler = slow
     transport, replies = _burst(url, 20, max_connections=64)
     assert all(r.choices[0].message.content == "ANSWER: 2" for r in replies)
-    assert transport._lean is True and transport._lanes == []
     assert handler.peak == 20
-    assert len(set(handler.ports)) == 20 == transport._pool.opened  # the second burst opened none
+    assert len(set(handler.ports)) == 20 == transport.opened  # the second burst opened none
 
 
-def test_the_lean_pool_never_opens_more_connections_than_allowed(slow) -> None:
+def test_the_pool_never_opens_more_connections_than_allowed(slow) -> None:
     url, handler = slow
     transport, replies = _burst(url, 30, max_connections=12)
     assert len(replies) == 60 and all(r.choices[0].message.content == "ANSWER: 2" for r in replies)
-    assert handler.peak == 12 and len(set(handler.ports)) == 12
-
-
-def test_httpx_lanes_spread_requests_over_small_pools_and_reuse_connections(slow) -> None:
-    """The httpx path (taken behind a proxy): 20 requests at once open ceil(20 / 8) = 3 lanes of
-    at most 8 connections, all 20 are in flight together, and a second burst reuses them."""
-    from countgym.agents.backends.openai_direct import LANE_CONNECTIONS
-
-    url, handler = slow
-    transport, replies = _burst(url, 20, max_connections=64, lean=False)
-    assert all(r.choices[0].message.content == "ANSWER: 2" for r in replies)
-    assert len(transport._lanes) == 3 == -(-20 // LANE_CONNECTIONS)
-    assert handler.peak == 20
-    assert len(set(handler.ports)) == 20  # the second burst opened no new connection
-    assert transport._busy == [0, 0, 0]
-
-
-def test_httpx_lanes_never_open_more_connections_than_allowed(slow) -> None:
-    url, handler = slow
-    transport, replies = _burst(url, 30, max_connections=12, lean=False)
-    assert len(replies) == 60
-    assert len(transport._lanes) == 2 and transport._size == [8, 4]
-    assert handler.peak <= 12 and len(set(handler.ports)) <= 12
+    assert handler.peak == 12 and len(set(handler.ports)) == 12 == transport.opened
 
 
 def _data_url(n: int, head: str = "data:image/png;base64,") -> str:

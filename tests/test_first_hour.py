@@ -115,7 +115,7 @@ def _fake_cache(root: Path) -> None:
     (root / "derived" / "transforms" / "dotarrays-ablation-mirror-0123" / "manifest.jsonl").write_text('{"id": "a"}\n')
     (root / ".countvideo-v3-all-1920x1080.partial" / "frames" / "v1").mkdir(parents=True)
     (root / "derived" / "fitted").mkdir(parents=True)
-    (root / "derived" / "fitted" / "a.png").write_bytes(b"z" * 300)
+    (root / "derived" / "fitted" / ("a" * 40 + ".png")).write_bytes(b"z" * 300)
 
 
 def test_cache_lists_sizes_and_states(tmp_path: Path, monkeypatch, capsys) -> None:

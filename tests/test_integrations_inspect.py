@@ -85,6 +85,15 @@ def test_single_call_arm_and_mistakes(tiny_dataset, tmp_path) -> None:
         countgym_task("countgym/DotArrays-v0", arm="tiles", dataset=tiny_dataset)
     with pytest.raises(UserError, match="unknown environment"):
         countgym_task("countgym/Nope-v0", dataset=tiny_dataset)
+    # Unknown arms, policies and arms of another task are refused as `countgym run` refuses them.
+    with pytest.raises(UserError, match="unknown arm 'bogus': use one of .*tag"):
+        countgym_task("countgym/DotArrays-v0", arm="bogus", dataset=tiny_dataset)
+    with pytest.raises(UserError, match="not a model arm"):
+        countgym_task("countgym/DotArrays-v0", arm="blob-counter", dataset=tiny_dataset)
+    with pytest.raises(UserError, match="not a model arm"):
+        countgym_task("countgym/DotArrays-v0", arm="tests.plugins.mypol:MyPolicy", dataset=tiny_dataset)
+    with pytest.raises(UserError, match="does not run on countgym/DotArrays-v0"):
+        countgym_task("countgym/DotArrays-v0", arm="cf-mcq", dataset=tiny_dataset)
 
 
 ENTRY_POINT_SCRIPT = """

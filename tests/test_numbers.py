@@ -62,7 +62,7 @@ ISSUE_EXAMPLES: list[tuple[str, int | None]] = [
     ("about 12", None),
     ("~12", None),
     ("12 or so", None),
-    ("a dozen", None),
+    ("a dozen", 12),
     ("7.5", None),
     ("1e20", None),
     ("0x10", None),
@@ -301,7 +301,8 @@ def test_fuzz_every_reader_agrees_with_the_reference(case: tuple[str, int | None
 
 
 _PIECES = [*"0123456789 ,.-+^e~x/%\u2013\u2212\u200b\u0663\uff11ab\n", "one", "hundred", "and", "minus",
-           "at least", "or", "twenty", "thousand", "so", "frame", "ANSWER:"]
+           "at least", "or", "twenty", "thousand", "so", "frame", "ANSWER:", "dozen", "score", "gross", "lakh",
+           "billion", "not", "none", "__", "x", "rows of", "Red cubes:"]
 
 
 @settings(max_examples=300, deadline=None)
@@ -336,6 +337,13 @@ HOSTILE = {
     "mixed scripts": "1\u0663" * 25_000,
     "frames": "frame 2 shows 11, " * 2_800,
     "conclusions": "so 24, " * 7_000,
+    "products": "3 x " * 12_500,
+    "groups": "4 rows of " * 5_000,
+    "negations": "not " * 12_500,
+    "multipliers": "two dozen " * 5_000,
+    "emphasis": "__1__ " * 8_000,
+    "labels": "Red cubes: 12. " * 3_300,
+    "nested actions": '{"tool":"answer","n":' * 2_500 + '{"tool":"answer","count":3}' + "}" * 2_500,
 }
 """About 50 KB each: a quadratic reading of any of them takes minutes."""
 

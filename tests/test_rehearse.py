@@ -52,6 +52,18 @@ def test_rehearse_runs_audits_and_compares(tmp_path: Path, configs: Path, capsys
     table = text.split("injected/recovered per model", 1)[1]
     for model in ("REPLACE:model-a", "REPLACE:model-b", "REPLACE:model-c"):
         assert model in table
+    # One index page links both reports and holds the table; each report links its sibling.
+    index = out / "index.html"
+    assert "index of this rehearsal" in text and str(index) in text
+    page = index.read_text()
+    assert 'href="runs/finger-audit/report.html"' in page and 'href="runs/countercount-audit/report.html"' in page
+    assert "Injected vs recovered" in page and "REPLACE:model-c" in page
+    finger_report = (out / "runs" / "finger-audit" / "report.html").read_text()
+    assert 'href="../countercount-audit/report.html">CounterCount report</a>' in finger_report
+    assert 'href="../../index.html">study index</a>' in finger_report
+    assert 'href="../countercount-audit/report.html#paper-map-countercount"' in finger_report
+    cc_report = (out / "runs" / "countercount-audit" / "report.html").read_text()
+    assert 'href="../finger-audit/report.html">Give the Model a Finger report</a>' in cc_report
     # What the design can detect: the CounterCount MCQ bias rate's half-width is the audit's own.
     import pandas as pd
 
@@ -70,3 +82,27 @@ def test_rehearse_bad_profile_is_one_line(tmp_path: Path, configs: Path, capsys)
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "omission" in err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("given", ["../escape", "runs/../../escape", "..", ".", "/abs/..", "/"])
+def test_a_config_out_that_leaves_out_is_refused_before_any_work(tmp_path: Path, configs: Path, capsys,
+                                                                  given: str) -> None:
+    (configs / "zz-climbs.toml").write_text(f'out = "{given}"\ndatasets = ["dotarrays"]\narms = ["direct"]\n'
+                                            'models = ["REPLACE:m"]\n')
+    out = tmp_path / "box" / "rehearsal"
+    assert main(["rehearse", "--configs", str(configs), "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "zz-climbs.toml" in err and "leaves the rehearsal's --out" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["configs"]  # nothing written anywhere
+
+
+def test_a_config_out_stays_under_out() -> None:
+    from countgym.rehearse import run_folder
+
+    out, cfg = Path("/r/out"), Path("c.toml")
+    assert run_folder(out, "runs/finger", cfg) == out / "runs" / "finger"
+    assert run_folder(out, "runs/x/../finger", cfg) == out / "runs" / "finger"
+    assert run_folder(out, "/data/runs/finger", cfg) == out / "finger"  # absolute: re-rooted
+    for bad in ("..", "../x", "a/../../x", "/data/.."):
+        with pytest.raises(Exception, match="leaves the rehearsal's --out"):
+            run_folder(out, bad, cfg)

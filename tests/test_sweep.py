@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from countgym.cli import main
-from countgym.errors import UserError
 from countgym.logs import read_records
 from countgym.sweep import expand, load_config, run_sweep
 
@@ -34,12 +33,17 @@ models = ["openai/a", "openai/b"]
 budgets = [4, 8]
 ablations = [{{}}, {{verify = false}}]
 '''))
-    # oracle: 2 datasets x 2 budgets x 2 ablations (models ignored); tag: x 2 models; direct:
-    # verification and budget changes do not apply to a single-call arm -> configuration error.
-    with pytest.raises(UserError, match="do not apply to arm 'direct'"):
-        expand(cfg)
-    cells = expand(cfg.model_copy(update={"arms": ["oracle", "tag"]}))
-    assert len(cells) == 2 * 2 * 2 + 2 * 2 * 2 * 2
+    # oracle: 2 datasets x 2 budgets (models ignored; verification changes nothing a scripted
+    # policy does); tag: 2 datasets x 2 models x 2 budgets x 2 ablations; direct: budgets and
+    # verification do not apply to a single-call arm, so one cell per dataset and model.
+    notes: list[str] = []
+    cells = expand(cfg, notes=notes)
+    assert len(cells) == 2 * 2 + 2 * 2 * 2 * 2 + 2 * 2
+    assert len([c for c in cells if c.agent == "direct"]) == 4
+    assert [n for n in notes if " to direct " in n] == [
+        "note: budgets, ablation verify do not apply to direct on the image task (nothing it sends or does "
+        "would change): no cell per value for it there"]
+    assert any(" to oracle " in n and "ablation verify" in n and "budgets" not in n for n in notes)
     tag = [c for c in cells if c.agent == "tag" and c.env_options["budget"] == 8 and not c.env_options["verify"]]
     assert len(tag) == 4 and all(c.env_options["tools"] == ["tag"] for c in tag)
     assert len({c.log_name() for c in cells}) == len(cells)

@@ -163,3 +163,51 @@ def test_sigterm_handler_is_restored(tmp_path: Path) -> None:
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(1)
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+def _tamper(out: Path, sid: str, how: str) -> None:
+    folder = out / "frames" / sid
+    done = folder / vd.DONE_FILE
+    frame = out / json.loads(done.read_text())["stimulus"]["frames"][0]
+    if how == "empty frame":
+        frame.write_bytes(b"")
+    elif how == "cut frame":
+        data = frame.read_bytes()
+        frame.write_bytes(data[: len(data) // 2])
+    elif how == "other frame":  # same size, other bytes
+        data = bytearray(frame.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        frame.write_bytes(bytes(data))
+    elif how == "missing frame":
+        frame.unlink()
+    elif how in ("wrong count", "no hashes", "other frame list"):
+        saved = json.loads(done.read_text())
+        if how == "wrong count":
+            saved["stimulus"]["n"] += 1
+        elif how == "no hashes":  # a record written before hashes were recorded
+            del saved["files"]
+        else:
+            saved["stimulus"]["frames"] = saved["stimulus"]["frames"][:-1]
+            del saved["files"][next(iter(saved["files"]))]
+        done.write_text(json.dumps(saved))
+    else:
+        raise AssertionError(how)
+
+
+@pytest.mark.parametrize("how", ["empty frame", *(pytest.param(h, marks=pytest.mark.slow) for h in (
+    "cut frame", "other frame", "missing frame", "wrong count", "no hashes", "other frame list"))])
+def test_a_resumed_build_checks_every_file_it_keeps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    how: str) -> None:
+    out = vd.make_countvideo(tmp_path / "v", limit=2, size=SIZE, progress=False, workers=1)
+    good = _manifest(out)
+    frames = {rel: (out / rel).read_bytes() for m in good for rel in m["frames"]}
+    (out / "manifest.jsonl").unlink()  # as an interrupted build leaves it
+    bad, kept = good[0]["id"], good[1]["id"]
+    _tamper(out, bad, how)
+    real = vd._make_one
+    rendered: list[str] = []
+    monkeypatch.setattr(vd, "_make_one", lambda task: rendered.append(task[0].stimulus_id) or real(task))
+    vd.make_countvideo(out, limit=2, size=SIZE, progress=False, workers=1)
+    assert rendered == [bad]  # the intact video is kept, the damaged one rendered again
+    assert _manifest(out) == good and kept not in rendered
+    assert {rel: (out / rel).read_bytes() for m in good for rel in m["frames"]} == frames

@@ -12,8 +12,8 @@ Deadlines, not read timeouts: ``timeout_s`` is the total time one attempt may ta
 request to the last byte of the reply, enforced even when a server sends one byte every second
 (a read timeout alone never fires then). Calls run as ``litellm.acompletion`` on one background
 event loop under ``asyncio.wait_for``, so a late attempt is cancelled and its connection closed,
-not left running; the direct transport's lean pool sends and reads in the calling thread, every
-socket operation bounded by what is left of the attempt's deadline, and closes a late attempt's
+not left running; the direct transport sends and reads in the calling thread, every socket
+operation bounded by what is left of the attempt's deadline, and closes a late attempt's
 connection the same way. Inside an ``episode_scope`` (the runner opens one per episode) the calls of an
 episode also share ``episode_timeout_s``. A call that fails for a passing reason returns an error
 marked ``[transient]``: resume re-runs such episodes and analysis does not score them. A 429 that
@@ -56,6 +56,7 @@ from countgym.agents.backends.openai_direct import (
     MAX_BODY_BYTES,
     DirectTransport,
     bounded_transport,
+    check_params,
     proxy_routing_transport,
     request_body,
 )
@@ -291,6 +292,7 @@ class LiteLLMBackend(BaseChatModel):
             self._direct = DirectTransport(direct_endpoint(model, self._send_base) or "", key,
                                            headers if isinstance(headers, dict) else None,
                                            url_basic_auth=url_basic_auth, max_body_bytes=max_body_bytes)
+            check_params(self._direct_params())  # a NaN is a mistake to say now, not invalid JSON to send
 
     sends_data_urls = True
     """Images go out as PNG data URLs: policies may hold them encoded (``EncodedImage``)."""
@@ -430,28 +432,24 @@ class LiteLLMBackend(BaseChatModel):
     def _call(
         self, wire: list[dict[str, Any]], budget_s: float, tools: list[dict[str, Any]] | None = None
     ) -> Any:
-        """One attempt: a direct POST from this thread (the lean pool) or on the background loop
-        (httpx lanes, ``litellm.acompletion``), abandoned (connection closed) when the whole
-        reply has not arrived within ``budget_s``."""
+        """One attempt: a direct POST from this thread, or ``litellm.acompletion`` on the
+        background loop, abandoned (connection closed) when the whole reply has not arrived
+        within ``budget_s``."""
         if self._direct is not None:
-            # Read here, on the caller's thread: the episode's context does not reach the loop.
+            # Sent and read in this thread, on blocking sockets: no hop to the event loop and back.
             headers = simulation_headers(self._direct.url)
             body = self._direct_body(wire, tools)
-            if self._direct.blocking():
-                # In this thread, on blocking sockets: no hop to the event loop and back.
-                try:
-                    return self._direct.complete_blocking(body, headers, budget_s)
-                except TimeoutError:
-                    raise _AttemptDeadline(
-                        f"no complete reply within {budget_s:.1f} s (total deadline of one attempt)"
-                    ) from None
-            coro = asyncio.wait_for(self._direct.complete(body, headers), budget_s)
-        else:
-            kwargs = self._kwargs(wire, budget_s)
-            if tools:
-                kwargs["tools"] = tools
-            _bound_litellm_bodies()
-            coro = asyncio.wait_for(_with_body_limit(_litellm().acompletion(**kwargs), self.max_body_bytes), budget_s)
+            try:
+                return self._direct.complete_blocking(body, headers, budget_s)
+            except TimeoutError:
+                raise _AttemptDeadline(
+                    f"no complete reply within {budget_s:.1f} s (total deadline of one attempt)"
+                ) from None
+        kwargs = self._kwargs(wire, budget_s)
+        if tools:
+            kwargs["tools"] = tools
+        _bound_litellm_bodies()
+        coro = asyncio.wait_for(_with_body_limit(_litellm().acompletion(**kwargs), self.max_body_bytes), budget_s)
         future = asyncio.run_coroutine_threadsafe(coro, _event_loop())
         try:
             return future.result(timeout=budget_s + _CANCEL_GRACE_S)
@@ -463,6 +461,9 @@ class LiteLLMBackend(BaseChatModel):
 
     def _direct_body(self, wire: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> bytes:
         """The request body the direct transport sends: what litellm sends for this model."""
+        return request_body(self.model, wire, self._direct_params(tools))
+
+    def _direct_params(self, tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         params: dict[str, Any] = {}
         if self.temperature is not None:
             params["temperature"] = self.temperature
@@ -472,7 +473,7 @@ class LiteLLMBackend(BaseChatModel):
             params["tools"] = tools
         params.update(self.reasoning.params)
         params.update(self.extra_params)
-        return request_body(self.model, wire, params)
+        return params
 
     def _kwargs(self, wire: list[dict[str, Any]], budget_s: float) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
@@ -774,6 +775,14 @@ async def _with_body_limit(coro: Any, limit: int) -> Any:
     return await coro
 
 
+def _as_data(obj: Any) -> Any:
+    """A parsed JSON object given as an attribute object, as its fields (for ``json.dumps``)."""
+    fields = getattr(obj, "__dict__", None)
+    if not isinstance(fields, dict):
+        raise TypeError(f"{type(obj).__name__} is not JSON data")
+    return {k: v for k, v in fields.items() if not k.startswith("_")}
+
+
 def _tool_calls_of(msg: Any) -> list[dict[str, Any]] | None:
     """The message's native tool calls in OpenAI form (plain dicts), or None."""
     calls = getattr(msg, "tool_calls", None) or []
@@ -790,7 +799,8 @@ def _tool_calls_of(msg: Any) -> list[dict[str, Any]] | None:
         get = (lambda o, k: o.get(k)) if isinstance(fn, dict) else getattr
         args = get(fn, "arguments") if fn is not None else None
         try:
-            text = args if isinstance(args, str) else json.dumps(args or {})
+            # Some providers send the arguments as a JSON object (attribute objects once parsed).
+            text = args if isinstance(args, str) else json.dumps(args or {}, default=_as_data)
         except (TypeError, ValueError, RecursionError):
             text = ""
         out.append({

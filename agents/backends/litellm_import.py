@@ -11,6 +11,7 @@ from typing import Any
 
 from countgym import notices
 from countgym.errors import MissingExtraError
+from countgym.termtext import terminal_safe
 
 _LITELLM: Any = None
 _LITELLM_LOCK = threading.Lock()
@@ -20,18 +21,22 @@ prints it, since the import costs seconds of CPU before the first model call).""
 
 
 class _OncePerMessage(logging.Filter):
-    """Passes each distinct warning (or info, debug) message once per process; errors always."""
+    """Passes each distinct warning (or info, debug) message once per process; errors always.
+    Every message it passes is made terminal-safe (it can quote a provider's reply)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.seen: set[str] = set()
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno > logging.WARNING:
-            return True
         try:
             text = record.getMessage()
         except Exception:  # noqa: BLE001 - a malformed record: let litellm's handler deal with it
+            return True
+        safe = terminal_safe(text)
+        if safe != text:
+            record.msg, record.args = safe, ()
+        if record.levelno > logging.WARNING:
             return True
         if text in self.seen:
             return False

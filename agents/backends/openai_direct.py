@@ -1,9 +1,10 @@
-"""The direct OpenAI-compatible transport: ``POST {api_base}/chat/completions`` over a lean
-keep-alive HTTP/1.1 pool per backend (``agents.backends.http1``), for ``openai/<name>`` models
-served at an ``api_base`` (vLLM, SGLang, the local test server) and the providers of
-``agents.backends.providers``. Behind a proxy named by the environment (``HTTP_PROXY``,
-``HTTPS_PROXY``, ``ALL_PROXY``, honouring ``NO_PROXY``) or with Basic auth from the URL, requests
-go through pooled ``httpx.AsyncClient`` lanes instead, through that proxy.
+"""The direct OpenAI-compatible transport: ``POST {api_base}/chat/completions`` through httpcore
+(httpx's transport layer, h11 for HTTP/1.1), for ``openai/<name>`` models served at an
+``api_base`` (vLLM, SGLang, the local test server) and the providers of
+``agents.backends.providers``. Each request is sent and read by the thread that makes the call,
+on a keep-alive pool shared by the threads, within the attempt's deadline; a proxy named by the
+environment (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``, honouring ``NO_PROXY``) carries it,
+and with ``url_basic_auth`` the URL's ``user:password@`` goes as Basic auth.
 
 It sends the body litellm sends for such a model (the name after ``openai/``, the messages,
 temperature, max_tokens, tools, the reasoning parameters and any extra parameters) and raises the
@@ -11,8 +12,11 @@ errors the retry policy of ``litellm_backend`` classifies: an HTTP error status 
 exception named like litellm's (``RateLimitError``, ``AuthenticationError``,
 ``ContextWindowExceededError``, ...) carrying ``status_code`` and the response headers (for
 ``Retry-After``). It never imports litellm: no import seconds, no per-call request building,
-logging or cost-map lookups. Replies are untrusted: a body that is not the chat-completion shape
-raises ``MalformedReply``, which the retry policy treats as transient.
+logging or cost-map lookups. Replies are untrusted: h11 refuses a malformed framing (conflicting
+lengths, odd sizes, unknown transfer codings) as ``RemoteProtocolError``, and a body that is not
+the chat-completion shape raises ``MalformedReply``; the retry policy treats both as transient.
+Configuration that cannot go on the wire (a key or header value with a line break, NUL or a
+non-ASCII character; a NaN in the parameters) is a ``UserError`` before the first request.
 
 Bodies are read within bounds on both paths (``BoundedTransport`` for httpx): at most ``max_body_bytes`` on the wire and at most
 ``max_body_bytes`` once decompressed (gzip or deflate, decoded here in bounded steps, so a small
@@ -23,19 +27,24 @@ classify it alike). Error bodies are masked whole (``countgym.secrets``) before 
 
 from __future__ import annotations
 
-import asyncio
+import base64
 import json
+import math
 import os
+import re
 import ssl
 import threading
+import time
 import zlib
 from contextvars import ContextVar
 from types import SimpleNamespace
 from typing import Any
+from urllib.parse import quote, unquote, urlsplit
+from urllib.request import getproxies, proxy_bypass
 
-from countgym.agents.backends.http1 import BodyTooLarge, Http1Pool, env_proxy, lean_eligible
+from countgym.errors import UserError
 from countgym.limits import MAX_CONCURRENCY
-from countgym.secrets import scrub_text, strip_userinfo
+from countgym.secrets import redact_url, register_secret, scrub_text, strip_userinfo
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
 """Default bound on a response body, on the wire and once decompressed (a chat reply with a
@@ -168,7 +177,7 @@ def request_body(model: str, wire: list[dict[str, Any]], params: dict[str, Any])
     images: list[str] = []
     mark = f"countgym-image-{os.urandom(8).hex()}-"
     body["messages"] = [_with_marks(m, mark, images) for m in wire]
-    text = json.dumps(body, separators=(",", ":"))
+    text = json.dumps(body, separators=(",", ":"), allow_nan=False)
     if not images:
         return text.encode()
     # The images' data URLs go in as they are, between the rest's JSON: their base64 needs no
@@ -179,10 +188,31 @@ def request_body(model: str, wire: list[dict[str, Any]], params: dict[str, Any])
         before, found, text = text.partition(f'"{mark}{i}"')
         if not found:  # cannot happen: the encoder keeps the marks as they are, in order
             body["messages"] = wire
-            return json.dumps(body, separators=(",", ":")).encode()
+            return json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
         pieces += [before.encode(), b'"', url.encode("ascii"), b'"']
     pieces.append(text.encode())
     return b"".join(pieces)
+
+
+def check_params(params: dict[str, Any]) -> None:
+    """``UserError`` unless the ``params`` that go into the body can be sent as JSON: no NaN or
+    infinity (JSON has none; ``top_p = nan`` would go out as invalid JSON), no cycle, nothing
+    JSON cannot hold. The message names the parameter."""
+    sent = {k: v for k, v in params.items() if k not in _LITELLM_ONLY or k == "extra_body"}
+    stack: list[tuple[str, Any]] = [(str(k), v) for k, v in sent.items()]
+    seen: set[int] = set()
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            raise UserError(f"model parameter {path} is {value}: a request body is JSON, which has no NaN or infinity")
+        if isinstance(value, dict | list | tuple) and id(value) not in seen:
+            seen.add(id(value))
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            stack += [(f"{path}.{k}" if isinstance(value, dict) else f"{path}[{k}]", v) for k, v in items]
+    try:
+        json.dumps(sent, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as e:
+        raise UserError(f"model parameters cannot be sent as JSON: {type(e).__name__}: {str(e)[:200]}") from None
 
 
 _BASE64 = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/="
@@ -291,6 +321,23 @@ def bounded_transport(inner: Any, max_body_bytes: int | None = None) -> Any:
     return BoundedTransport()
 
 
+def env_proxy(url: str) -> str | None:
+    """The proxy the environment names for ``url`` (``HTTP_PROXY``/``HTTPS_PROXY``, else
+    ``ALL_PROXY``; upper or lower case), or None when there is none or ``NO_PROXY`` exempts
+    its host."""
+    parts = urlsplit(url)
+    proxies = getproxies()
+    proxy = proxies.get(parts.scheme) or proxies.get("all")
+    if not proxy or not parts.hostname:
+        return None
+    try:
+        if proxy_bypass(parts.hostname):
+            return None
+    except OSError:
+        pass
+    return proxy if "://" in proxy else f"http://{proxy}"
+
+
 def proxy_routing_transport(**options: Any) -> Any:
     """An ``httpx.AsyncBaseTransport`` that sends each request through the proxy the environment
     names for its URL (``env_proxy``), or straight when none applies: one
@@ -316,166 +363,285 @@ def proxy_routing_transport(**options: Any) -> Any:
     return ProxyRouting()
 
 
+class ConnectError(OSError):
+    """The origin could not be reached (refused, unknown host, unreachable network)."""
+
+
+_DEADLINE: ContextVar[float | None] = ContextVar("countgym_attempt_deadline", default=None)
+"""The ``time.monotonic()`` by which the calling thread's attempt must have its whole reply."""
+
+
+def _left(timeout: float | None, late: type[Exception]) -> float | None:
+    """``timeout`` cut to what is left of the attempt's deadline; ``late`` once it has passed."""
+    deadline = _DEADLINE.get()
+    if deadline is None:
+        return timeout
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise late("the attempt's deadline passed")
+    return left if timeout is None else min(timeout, left)
+
+
+def _deadline_backend() -> Any:
+    """httpcore's blocking sockets with every operation (connect, TLS handshake, each read and
+    write) bounded by what is left of the calling thread's attempt deadline: a server that
+    trickles a byte at a time cannot stretch an attempt past it (httpcore's own timeouts are per
+    operation). Counts the connections it opens (``opened``)."""
+    import httpcore
+
+    class Stream(httpcore.NetworkStream):
+        def __init__(self, inner: Any) -> None:
+            self._inner = inner
+
+        def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+            return self._inner.read(max_bytes, _left(timeout, httpcore.ReadTimeout))
+
+        def write(self, buffer: bytes, timeout: float | None = None) -> None:
+            self._inner.write(buffer, _left(timeout, httpcore.WriteTimeout))
+
+        def close(self) -> None:
+            self._inner.close()
+
+        def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
+                      timeout: float | None = None) -> Any:
+            return Stream(self._inner.start_tls(ssl_context, server_hostname, _left(timeout, httpcore.ConnectTimeout)))
+
+        def get_extra_info(self, info: str) -> Any:
+            return self._inner.get_extra_info(info)
+
+    class Backend(httpcore.SyncBackend):
+        opened = 0
+
+        def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
+                        socket_options: Any = None) -> Any:
+            stream = super().connect_tcp(host, port, _left(timeout, httpcore.ConnectTimeout), local_address,
+                                         socket_options)
+            with _OPENED_LOCK:
+                self.opened += 1
+            return Stream(stream)
+
+    return Backend()
+
+
+_OPENED_LOCK = threading.Lock()
+_DROPPED_HEADERS = frozenset({"host", "content-length", "transfer-encoding"})
+"""Extra headers that would contradict the request's own framing or origin (ignored)."""
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+"""An HTTP header name (RFC 9110 token)."""
+
+
+def header_value(what: str, value: Any) -> str:
+    """``value`` as a header value: surrounding whitespace stripped (a key read from a file keeps
+    its line end), then printable ASCII only, else a ``UserError`` naming ``what`` (never the
+    value, which may be a key)."""
+    if not isinstance(value, str):
+        raise UserError(f"{what} must be a string, got {type(value).__name__}")
+    text = value.strip()
+    if any(c in text for c in "\r\n\0"):
+        raise UserError(f"{what} contains a line break (CR or LF) or NUL; give it on one line")
+    if not text.isascii() or not text.isprintable():
+        raise UserError(f"{what} contains a control or non-ASCII character, which an HTTP header cannot carry")
+    return text
+
+
+def _endpoint(url: str) -> tuple[Any, bytes, bytes | None]:
+    """The request URL for httpcore (scheme, host, port and a target percent-encoded as httpx
+    encodes it: a space or ``é`` in the path goes out as ``%20`` or ``%C3%A9``), the ``Host``
+    header, and the Basic-auth header of a ``user:password@`` (None without one). ``UserError``
+    for a URL that is not ``http(s)://host[:port]/...``."""
+    import httpcore
+
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname, parts.port
+    except ValueError as e:
+        raise UserError(f"api_base is not a valid URL: {e}") from None
+    if parts.scheme not in ("http", "https") or not host or not host.isascii() or any(c in host for c in " \t\r\n\0"):
+        raise UserError(f"api_base must be an http:// or https:// URL with a host, got {redact_url(url)!r}")
+    target = quote(parts.path or "/", safe=_PATH_SAFE) + (f"?{quote(parts.query, safe=_QUERY_SAFE)}" if parts.query else "")
+    netloc = f"[{host}]" if ":" in host else host
+    if port is not None and port != (443 if parts.scheme == "https" else 80):
+        netloc += f":{port}"
+    basic = None
+    if parts.username is not None or parts.password is not None:
+        pair = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
+        basic = b"Basic " + base64.b64encode(pair.encode())
+    return httpcore.URL(scheme=parts.scheme, host=host, port=port, target=target), netloc.encode(), basic
+
+
+_PATH_SAFE = "/%!$&'()*+,;=:@~"
+"""Characters a path keeps as they are (RFC 3986 pchar and ``/``; ``%`` keeps what is already
+encoded); everything else is percent-encoded from UTF-8."""
+_QUERY_SAFE = _PATH_SAFE + "?"
+
+
 LANE_CONNECTIONS = 8
-"""Connections per pooled client ("lane"). httpcore's pool walks every connection of its client
-for every queued request (quadratic in the pool's size), so 64 requests in flight on one client
-spent more CPU on the event loop assigning connections than on sending them; several small
-clients keep that walk short."""
+"""Connections per httpcore pool ("lane"). httpcore's pool walks all of its connections twice
+per request, and for each idle one counts the idle ones again, under one lock: with 64
+connections in one pool that walk was about a fifth of the transport's CPU per call; pools of
+8 keep it short."""
 
 
 class DirectTransport:
-    """The connections of one endpoint, per process, created on the event loop they serve.
+    """The connections of one endpoint, per process: an httpcore connection pool (httpx's
+    transport layer; h11 reads and writes HTTP/1.1) shared by the threads that call
+    ``complete_blocking``, each request sent and read by its calling thread within its deadline.
 
-    Requests go through the lean HTTP/1.1 pool (``agents.backends.http1``) when it serves the URL
-    as httpx would (``lean=None``: no proxy from the environment applies, no ``user:password@``);
-    else through pooled ``httpx.AsyncClient`` lanes. A request goes to the first lane with a free connection (fewer requests in flight than its
-    size, at most ``LANE_CONNECTIONS``); a new lane opens when every lane is full; once
-    ``max_connections`` connections are open, requests queue on the least busy lane."""
+    At most ``max_connections`` connections, kept alive and reused; a request that fails or
+    passes its deadline closes its connection. A proxy the environment names for the URL
+    (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``; ``NO_PROXY`` honoured) carries every request.
+    The key and extra headers are checked here, before any request (``header_value``)."""
 
     def __init__(self, api_base: str, api_key: str | None, extra_headers: dict[str, str] | None = None,
                  max_connections: int = MAX_CONCURRENCY, *, url_basic_auth: bool = False,
-                 max_body_bytes: int = MAX_BODY_BYTES, lean: bool | None = None) -> None:
+                 max_body_bytes: int = MAX_BODY_BYTES) -> None:
         # The user:password@ of an api_base is sent as Basic auth only when asked (url_basic_auth).
         self.url = (api_base if url_basic_auth else strip_userinfo(api_base)).rstrip("/") + "/chat/completions"
+        self._target, host, basic = _endpoint(self.url)
         self._max_body_bytes = max_body_bytes
-        self._api_key = api_key
-        self._extra_headers = dict(extra_headers or {})
-        self._max_connections = max_connections
+        self._max_connections = max(1, max_connections)
+        # A local server needs no key, but send one as the OpenAI SDK does (OPENAI_API_KEY or a placeholder).
+        key = header_value("api_key", api_key or os.environ.get("OPENAI_API_KEY") or "no-key")
+        register_secret(key)
+        headers = {"Authorization": basic.decode() if basic else f"Bearer {key}", "Content-Type": "application/json",
+                   "Accept": "application/json", "Accept-Encoding": "gzip, deflate"}
+        for name, value in (extra_headers or {}).items():
+            if not isinstance(name, str) or not _TOKEN.fullmatch(name):
+                raise UserError(f"extra_headers: {str(name)[:40]!r} is not a valid HTTP header name")
+            if name.lower() not in _DROPPED_HEADERS:
+                headers[name] = header_value(f"extra_headers[{name!r}]", value)
+        self._header_map = headers
+        self._head = [(b"Host", host), *((k.encode(), v.encode()) for k, v in headers.items())]
         self._lanes: list[Any] = []
-        self._busy: list[int] = []
-        self._size: list[int] = []
-        self._tls: Any = None
+        self._busy: list[float] = []
+        self._share: list[float] = []
+        self._backend: Any = None
         self._pid = 0
-        self._lean = lean
-        self._pool: Http1Pool | None = None
-        self._pool_loop: Any = None
-        self._blocking_pool: Http1Pool | None = None
-        self._blocking_pid = 0
-        self._blocking_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self._tls: Any = None
 
     def _headers(self) -> dict[str, str]:
-        # A local server needs no key, but send one as the OpenAI SDK does (OPENAI_API_KEY or a placeholder).
-        key = self._api_key or os.environ.get("OPENAI_API_KEY") or "no-key"
-        return {"Authorization": f"Bearer {key}", "Content-Type": "application/json",
-                "Accept": "application/json", "Accept-Encoding": "gzip, deflate", **self._extra_headers}
+        """The headers every request carries (``Host`` aside)."""
+        return dict(self._header_map)
 
-    def _lane(self) -> int:
-        """The index of the lane for the next request (on the loop's thread, so no lock)."""
-        if self._pid != os.getpid():  # a forked child starts with no clients of its own
-            self._lanes, self._busy, self._size, self._tls, self._pid = [], [], [], None, os.getpid()
-        for i, busy in enumerate(self._busy):
-            if busy < self._size[i]:  # the first lane with a free connection: idle ones are reused
-                return i
-        room = self._max_connections - sum(self._size)
-        if self._lanes and room <= 0:
-            # Every connection is busy: queue on the lane with the fewest requests per connection.
-            return min(range(len(self._lanes)), key=lambda i: self._busy[i] / self._size[i])
-        size = max(1, min(LANE_CONNECTIONS, room))
-        self._lanes.append(self._new_client(size))
-        self._busy.append(0)
-        self._size.append(size)
-        return len(self._lanes) - 1
+    @property
+    def opened(self) -> int:
+        """Connections this process's pool has opened (for tests and diagnostics)."""
+        return self._backend.opened if self._backend is not None and self._pid == os.getpid() else 0
 
-    def _new_client(self, connections: int) -> Any:
-        import httpx
+    def _connections(self) -> list[Any]:
+        """This process's pools ("lanes", made on first use; a forked child makes its own):
+        ``max_connections`` split into pools of at most ``LANE_CONNECTIONS``."""
+        if self._lanes and self._pid == os.getpid():
+            return self._lanes
+        import httpcore
 
-        if self._tls is None:
-            # One TLS context for every lane (loading the CA bundle costs tens of milliseconds each).
-            make = getattr(httpx, "create_ssl_context", None)
-            self._tls = make() if make is not None else True
-        limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
-        # A transport of our own makes httpx skip the proxy variables, so they are applied here.
-        inner = httpx.AsyncHTTPTransport(limits=limits, verify=self._tls, proxy=env_proxy(self.url))
-        # No httpx timeouts: the caller's total deadline (asyncio.wait_for) bounds each attempt.
-        return httpx.AsyncClient(transport=bounded_transport(inner, self._max_body_bytes),
-                                 timeout=httpx.Timeout(None))
-
-    async def complete(self, body: bytes, headers: dict[str, str] | None = None) -> Any:
-        """POST one chat request (``headers``: extra headers of this request only); the parsed
-        reply, or the exception its status or body calls for."""
-        if self._lean is None:
-            self._lean = lean_eligible(self.url)
-        if self._lean:
-            return await self._complete_lean(body, headers)
-        i = self._lane()
-        self._busy[i] += 1
-        sent = {**self._headers(), **headers} if headers else self._headers()
-        try:
-            response = await self._lanes[i].post(self.url, content=body, headers=sent)
-        finally:
-            self._busy[i] -= 1
-        raw = response.content
-        if response.status_code >= 300:
-            raise http_error(response.status_code, raw, dict(response.headers))
-        return parse_reply(raw)
-
-    def _lean_pool(self) -> Http1Pool:
-        """This process's and event loop's keep-alive pool (a fork or another loop starts afresh)."""
-        loop = asyncio.get_running_loop()
-        if self._pool is None or self._pool_loop is not loop or self._pid != os.getpid():
-            self._pool = Http1Pool(self.url, self._max_connections, tls=self._tls_context)
-            self._pool_loop, self._pid = loop, os.getpid()
-        return self._pool
+        with self._lock:
+            if not self._lanes or self._pid != os.getpid():
+                proxy = env_proxy(self.url)
+                self._backend = _deadline_backend()
+                n = -(-self._max_connections // LANE_CONNECTIONS)
+                sizes = [self._max_connections // n + (i < self._max_connections % n) for i in range(n)]
+                self._lanes = [httpcore.ConnectionPool(
+                    ssl_context=self._tls_context(), max_connections=size, max_keepalive_connections=size,
+                    network_backend=self._backend, proxy=_proxy(proxy) if proxy else None) for size in sizes]
+                self._busy = [0.0] * n
+                self._share = [1.0 / size for size in sizes]
+                self._pid = os.getpid()
+        return self._lanes
 
     def _tls_context(self) -> Any:
         """The TLS context httpx would use (its CA bundle and ``SSL_CERT_FILE``), made once."""
-        if self._tls is None or self._tls is True:
+        if self._tls is None:
             import httpx
 
             make = getattr(httpx, "create_ssl_context", None)
             self._tls = make() if make is not None else ssl.create_default_context()
         return self._tls
 
-    async def _complete_lean(self, body: bytes, headers: dict[str, str] | None) -> Any:
-        limit = self._max_body_bytes or BODY_LIMIT.get() or MAX_BODY_BYTES
-        sent = {**self._headers(), **headers} if headers else self._headers()
-        try:
-            reply = await self._lean_pool().post(body, sent, limit)
-        except BodyTooLarge as e:
-            raise ReplyTooLarge(str(e)) from None
-        return self._lean_reply(reply, limit)
-
-    def blocking(self) -> bool:
-        """Whether ``complete_blocking`` serves this endpoint (the lean pool does; httpx lanes,
-        behind a proxy or with Basic auth from the URL, run on the event loop)."""
-        if self._lean is None:
-            self._lean = lean_eligible(self.url)
-        return self._lean
-
     def complete_blocking(self, body: bytes, headers: dict[str, str] | None, timeout_s: float) -> Any:
-        """``complete`` in the calling thread, on the lean pool's blocking sockets: the whole
-        exchange within ``timeout_s`` seconds, else ``TimeoutError``. Only where ``blocking()``."""
-        limit = self._max_body_bytes or BODY_LIMIT.get() or MAX_BODY_BYTES
-        sent = {**self._headers(), **headers} if headers else self._headers()
-        pool = self._blocking_pool
-        if pool is None or self._blocking_pid != os.getpid():
-            with self._blocking_lock:
-                # Threads share one pool; a forked child starts with connections of its own.
-                if self._blocking_pool is None or self._blocking_pid != os.getpid():
-                    self._blocking_pool = Http1Pool(self.url, self._max_connections, tls=self._tls_context)
-                    self._blocking_pid = os.getpid()
-                pool = self._blocking_pool
-        try:
-            reply = pool.post_blocking(body, sent, limit, timeout_s)
-        except BodyTooLarge as e:
-            raise ReplyTooLarge(str(e)) from None
-        return self._lean_reply(reply, limit)
+        """POST one chat request from the calling thread (``headers``: extra headers of this
+        request only): the whole exchange, a free connection included, within ``timeout_s``
+        seconds, else ``TimeoutError``. The parsed reply, or the exception its status or body
+        calls for."""
+        import httpcore
 
-    def _lean_reply(self, reply: Any, limit: int) -> Any:
-        """The parsed reply of the lean pool, or the exception its status or body calls for."""
-        raw = _decode_bounded(reply.content, reply.headers.get("content-encoding", ""), limit)
-        status = 502 if error_in_body(reply.status_code, raw) else reply.status_code
+        limit = self._max_body_bytes or BODY_LIMIT.get() or MAX_BODY_BYTES
+        sent = self._head + [(k.encode(), v.encode()) for k, v in headers.items()] if headers else self._head
+        lanes = self._connections()
+        with self._lock:  # the lane with the smallest share of its connections in use
+            lane = min(range(len(lanes)), key=self._busy.__getitem__)
+            self._busy[lane] += self._share[lane]
+        pool = lanes[lane]
+        token = _DEADLINE.set(time.monotonic() + timeout_s)
+        timeouts = {"pool": timeout_s, "connect": timeout_s, "read": timeout_s, "write": timeout_s}
+        try:
+            with pool.stream(b"POST", self._target, headers=sent, content=body,
+                             extensions={"timeout": timeouts}) as response:
+                status = response.status
+                fields: dict[str, str] = {}
+                for k, v in response.headers:
+                    key, val = k.decode("latin-1").lower(), v.decode("latin-1")
+                    fields[key] = f"{fields[key]}, {val}" if key in fields else val
+                raw = _read_bounded(response, fields, limit)
+        except httpcore.TimeoutException:
+            raise TimeoutError("no complete reply within the attempt's deadline") from None
+        except httpcore.ConnectError as e:
+            raise ConnectError(f"cannot connect to {self._head[0][1].decode()}: {_reason(e)}") from None
+        finally:
+            _DEADLINE.reset(token)
+            with self._lock:
+                self._busy[lane] -= self._share[lane]
+        raw = _decode_bounded(raw, fields.get("content-encoding", ""), limit)
+        if error_in_body(status, raw):
+            status = 502
         if status >= 300:
-            headers_out = {k: v for k, v in reply.headers.items()
+            headers_out = {k: v for k, v in fields.items()
                            if k not in ("content-encoding", "content-length", "transfer-encoding")}
             raise http_error(status, raw, headers_out)
         return parse_reply(raw)
 
-    async def aclose(self) -> None:
-        """Close this transport's idle connections and httpx lanes."""
-        if self._pool is not None:
-            self._pool.close()
-        if self._blocking_pool is not None:
-            self._blocking_pool.close()
-        for lane in self._lanes:
-            await lane.aclose()
+    def close(self) -> None:
+        """Close this transport's idle connections (requests in flight close theirs when they end)."""
+        if self._pid == os.getpid():
+            for pool in self._lanes:
+                pool.close()
+
+
+def _read_bounded(response: Any, fields: dict[str, str], limit: int) -> bytes:
+    """A reply's body, read into one buffer of at most ``limit`` bytes (``ReplyTooLarge`` beyond;
+    an announced length over it is refused before reading). One buffer, not a list of pieces: a
+    reply of millions of tiny chunks costs its size, not ~66 times it."""
+    if "transfer-encoding" in fields and "content-length" in fields:
+        # h11 lets Transfer-Encoding win, as RFC 9112 allows; RFC 9112 also says such a reply
+        # "ought to be handled as an error" (a sign of response splitting), and it is here.
+        import httpcore
+
+        raise httpcore.RemoteProtocolError("reply with both Transfer-Encoding and Content-Length")
+    announced = fields.get("content-length", "")
+    if announced.isdigit() and int(announced) > limit:  # h11 has checked it is digits, and one value
+        raise ReplyTooLarge(f"reply body larger than {limit} bytes")
+    buf = bytearray()
+    for chunk in response.iter_stream():
+        buf += chunk
+        if len(buf) > limit:
+            raise ReplyTooLarge(f"reply body larger than {limit} bytes")
+    return bytes(buf)
+
+
+def _reason(e: BaseException) -> str:
+    """The words of a connection failure, without the ``[Errno N]`` prefix."""
+    cause = e.__cause__ or e.__context__
+    cause = cause if isinstance(cause, OSError) else None
+    return (cause.strerror if cause is not None and cause.strerror else str(e)) or type(e).__name__
+
+
+def _proxy(url: str) -> Any:
+    """An ``httpcore.Proxy`` for ``url``, its ``user:password@`` sent as Proxy-Authorization."""
+    import httpcore
+
+    parts = urlsplit(url)
+    auth = None
+    if parts.username is not None or parts.password is not None:
+        auth = (unquote(parts.username or ""), unquote(parts.password or ""))
+    return httpcore.Proxy(strip_userinfo(url), auth=auth)

@@ -133,7 +133,10 @@ def run_sweep_ray(
         raise UserError(f"max_in_flight must be >= 1, got {max_in_flight}")
     ray = import_ray()
     out = Path(cfg.out)
-    cells = expand(cfg)
+    notes: list[str] = []
+    cells = expand(cfg, notes=notes)
+    for line in notes:
+        print(line)
     validate_cells(cfg, cells)  # every cell's mistakes, before any shard pays for a call
     started = ensure_ray(address=address, num_cpus=num_cpus, runtime_env=runtime_env)
     locks = ExitStack()  # the driver holds every cell's lock; shard tasks write their own files
@@ -156,11 +159,28 @@ def run_sweep_ray(
             n_sh = sum(len(p.shards) for p in plans)
             print(f"ray: {len(plans)} cells, {n_ep} episodes to run in {n_sh} shards ({slots} slots)")
         _drive(ray, remote, plans, cfg, out, in_flight, progress)
+        for p in plans:
+            _note_selection(out, p)
     finally:
         locks.close()
         if started:
             ray.shutdown()
     return [p.result for p in plans]
+
+
+def _note_selection(out: Path, plan: _Plan) -> None:
+    """What the cell's logs hold once its shards ran (``CellResult.selection``), as a local run says."""
+    from countgym.runner import cell_selection
+    from countgym.tasks import load_dataset
+
+    try:
+        ds = load_dataset(plan.spec.env_id(), plan.spec.dataset)
+    except UserError:
+        return
+    held = {sid for sid, _ in done_in_cell(out, plan.spec)[0]}
+    plan.result.selection = cell_selection(ds, held)
+    plan.result.held = len(held & set(ds.ids()))
+    plan.result.asked = len(plan.spec.stimulus_ids(ds))
 
 
 def _lock_cell(locks: ExitStack, out: Path, spec: CellSpec, label: str) -> bool:

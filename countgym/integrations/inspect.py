@@ -79,8 +79,7 @@ def env_factory(env_id: str, arm: str, dataset: Any = None, model: str = "inspec
     if env_id not in gym.registry or not env_id.startswith("countgym/"):
         ids = ", ".join(sorted(k for k in gym.registry if k.startswith("countgym/")))
         raise UserError(f"unknown environment {env_id!r}: use one of {ids}")
-    if arm in HARNESS_ARMS:
-        raise UserError(f"arm {arm!r} is harness-driven (not a model-only loop); run it with `countgym run`")
+    check_inspect_arm(env_id, arm)
     opts = cell_env_options(arm)
     spec = gym.spec(env_id)
     kwargs = dict(spec.kwargs)
@@ -102,6 +101,31 @@ def env_factory(env_id: str, arm: str, dataset: Any = None, model: str = "inspec
         return cls(**{**kwargs, **opts})  # one environment per episode: samples run concurrently
 
     return make
+
+
+def check_inspect_arm(env_id: str, arm: str) -> None:
+    """Refuse, as ``countgym run`` does, an arm Inspect cannot run on ``env_id``: an unknown name,
+    a scripted or plug-in policy (Inspect's model is the policy), a harness-driven arm, or an
+    arm of another task."""
+    from countgym.agents.registry import SCRIPTED, arm_families, family_of, model_arms
+    from countgym.tasks import task_of_env
+
+    family = family_of(arm)
+    if family is None:
+        if ":" in arm or arm in SCRIPTED:
+            raise UserError(f"arm {arm!r} is a policy, not a model arm: under Inspect the model answers; run a "
+                            "policy with `countgym run --agent`")
+        for fam in arm_families():
+            if fam.check_name is not None:
+                fam.check_name(arm)  # a family's own message (cf-mcq+bogus)
+        names = ", ".join(sorted(a for a in model_arms() if a not in HARNESS_ARMS))
+        raise UserError(f"unknown arm {arm!r}: use one of {names}")
+    if arm in HARNESS_ARMS:
+        raise UserError(f"arm {arm!r} is harness-driven (not a model-only loop); run it with `countgym run`")
+    task = task_of_env(env_id)
+    if task not in family.tasks:
+        raise UserError(f"arm {arm!r} does not run on {env_id} (the {task} task); its arms run on "
+                        f"{', '.join(family.tasks)}")
 
 
 def _init_params(entry_point: Any) -> set[str]:

@@ -15,12 +15,16 @@ phantom             expected extra points per object, placed away from every obj
 pointing_sigma      sd (per axis) of a point's offset from its object, thousandths of the
                     image's shorter side
 canonical           CounterCount: probability a counterfactual answer is the canonical count
+hedge               CounterCount: probability a reply names a wrong number before its answer
+                    ("At first glance 4, but counting again I see 3."), so the rules find
+                    several numbers and the audit's judge reads it (the simulated judge answers
+                    the last number)
 ==================  ===========================================================================
 
 Without a file, ``builtin_profile(name)`` gives each model name its own behaviour, derived from
 a hash of the name (so a rehearsed config shows differences between models and runs the same
 every time): count_sigma 0.05-0.30, count_bias -0.20 to +0.05, omission 0.02-0.15, duplicate
-0.01-0.08, phantom 0.00-0.05, pointing_sigma 2-8, canonical 0.10-0.70 (pointing errors
+0.01-0.08, phantom 0.00-0.05, pointing_sigma 2-8, canonical 0.10-0.70, hedge 0.05-0.25 (pointing errors
 well below the spacing of clustered DotArrays, so offsets do not turn into phantom/omission pairs).
 """
 
@@ -33,7 +37,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from countgym.configtext import read_config_text
 from countgym.errors import UserError
+from countgym.limits import config_depth_problem, nesting_message
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,7 @@ class Profile:
     phantom: float = 0.0
     pointing_sigma: float = 5.0
     canonical: float = 0.0
+    hedge: float = 0.0
 
     def as_dict(self) -> dict[str, float]:
         """The keys in force, for the episode log."""
@@ -66,6 +73,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "phantom": (0.0, 10.0),
     "pointing_sigma": (0.0, 1000.0),
     "canonical": (0.0, 1.0),
+    "hedge": (0.0, 1.0),
 }
 
 _BUILTIN_SPANS: dict[str, tuple[float, float]] = {
@@ -76,6 +84,7 @@ _BUILTIN_SPANS: dict[str, tuple[float, float]] = {
     "phantom": (0.0, 0.05),
     "pointing_sigma": (2.0, 8.0),
     "canonical": (0.10, 0.70),
+    "hedge": (0.05, 0.25),
 }
 
 
@@ -129,7 +138,9 @@ def _check_table(where: str, table: Any) -> dict[str, float]:
         lo, hi = _RANGES[key]
         ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
         if not ok or not lo <= value <= hi:
-            raise UserError(f"{where}: {key} must be a number from {lo:g} to {hi:g}, got {value!r}")
+            got = repr(value) if isinstance(value, int | float | str) and len(str(value)) <= 40 else (
+                f"a {type(value).__name__}")  # a list or table is not quoted back whole
+            raise UserError(f"{where}: {key} must be a number from {lo:g} to {hi:g}, got {got}")
         out[key] = float(value)
     return out
 
@@ -139,12 +150,16 @@ def load_profiles(path: str | Path) -> ProfileSet:
     p = Path(path)
     if not p.is_file():
         raise UserError(f"no such simulation profile: {p}")
+    text = read_config_text(p)
     try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise UserError(f"{p}: cannot parse: not UTF-8 text") from None
+        data = tomllib.loads(text)
+    except RecursionError:
+        raise UserError(f"{p}: cannot parse: {nesting_message()}") from None
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"{p}: cannot parse: {str(e).splitlines()[0]}") from None
+    deep = config_depth_problem(data)
+    if deep:
+        raise UserError(f"{p}: {deep}")
     for key in data:
         if key not in ("default", "models"):
             raise UserError(f"{p}: unknown table {key!r}; a profile has [default] and [models.\"NAME\"]")

@@ -20,6 +20,11 @@ video PARSER, CF JUDGE   the last integer of the quoted reply, or ``NaN`` when i
 anything else            ``ANSWER: n``
 =======================  =========================================================================
 
+CounterCount and CountVideoBench prompts get blob counts too (``ANSWER: n``, or the MCQ's words),
+which are no answers to their questions: the server cannot see attribute counts or which objects
+a video asks about. Such replies carry an ``X-Countgym-Blind`` header, and the first one of each
+task prints one line on stderr pointing to ``--simulate`` (the stand-in that knows the truth).
+
 With ``tools`` in the request (the native tool protocol) the same decisions come back as
 ``tool_calls`` (the thought stays in ``content``). ``stream: true`` is answered as server-sent
 events (content and tool-call deltas, the finish reason, a usage chunk when
@@ -218,6 +223,32 @@ def prompt_kind(messages: Sequence[dict[str, Any]]) -> str:
         if pattern.search(last_user):
             return kind
     return "other"
+
+
+BLIND_NOTICE = {
+    "countercount": "CounterCount prompts are answered with blob counts of the image, not attribute counts: "
+    "this server cannot see CounterCount ground truth, so its scores there mean nothing. For a stand-in "
+    "that knows the truth, run with --simulate (countgym run/sweep ... --simulate).",
+    "video": "CountVideoBench prompts are answered with blob counts of the last frame, whatever object the "
+    "question names: this server cannot see video ground truth, so its scores there mean nothing. For a "
+    "stand-in that knows the truth, run with --simulate (countgym run/sweep ... --simulate).",
+}
+"""The one line the server prints the first time it is asked a task whose truth it cannot see."""
+BLIND_HEADER = {
+    "countercount": "countercount; blob counts, not attribute counts; use --simulate",
+    "video": "video; blob counts of the last frame; use --simulate",
+}
+"""The ``X-Countgym-Blind`` response header of such a request."""
+
+
+def blind_task(kind: str) -> str | None:
+    """``countercount`` or ``video`` for a prompt kind whose ground truth the blob detector
+    cannot see (``prompt_kind``), else None."""
+    if kind.startswith("cf-"):
+        return "countercount"
+    if kind.startswith("video-"):
+        return "video"
+    return None
 
 
 def model_reply(messages: Sequence[dict[str, Any]], *, noise: float = 0.0, seed: int = 0) -> str:
@@ -474,6 +505,9 @@ class TestServer:
         self.fault_counts: Counter[str] = Counter()
         self.last_request: dict[str, Any] | None = None
         self.last_headers: dict[str, str] = {}
+        self.blind_notices: set[str] = set()
+        """The tasks whose ground truth the server cannot see that it has been asked about
+        (``countercount``, ``video``); each is announced once on stderr."""
         self._lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -520,6 +554,21 @@ class TestServer:
         """The reply text to a request's messages (JSON protocol; a subclass may answer from
         ``body`` and ``headers`` too); an exception is answered as a 400."""
         return model_reply(messages, noise=self.noise, seed=self.seed)
+
+    def blind_notice(self, messages: Sequence[dict[str, Any]]) -> str | None:
+        """The ``X-Countgym-Blind`` header value for a CounterCount or video prompt (the server
+        counts blobs; it cannot see attribute counts or which objects a video asks for), None
+        otherwise. The first such request of each task prints one line to stderr."""
+        task = blind_task(prompt_kind(messages))
+        if task is None:
+            return None
+        with self._lock:
+            first = task not in self.blind_notices
+            self.blind_notices.add(task)
+        if first:
+            sys.stderr.write(f"countgym testserver: {BLIND_NOTICE[task]}\n")
+            sys.stderr.flush()
+        return BLIND_HEADER[task]
 
     def next_fault(self) -> tuple[int, str | None]:
         """The index of the arriving request and the fault it gets (deterministic per index)."""
@@ -636,16 +685,18 @@ class _Handler(BaseHTTPRequestHandler):
                 },
             )
             return
+        blind = state.blind_notice(messages)
+        extra = {"X-Countgym-Blind": blind} if blind else None
         usage = estimate_usage(messages, text, 0 if _thinking_off(body) else state.reasoning_tokens)
         finish = "content_filter" if fault == "filter" else ("tool_calls" if tool_calls else "stop")
         reply = _envelope(index, model, text if fault != "filter" else "", usage, finish, tool_calls)
         self._wait(arrived)
         if body.get("stream"):
             include = bool((body.get("stream_options") or {}).get("include_usage"))
-            self._send_stream(_stream_chunks(reply, include_usage=include))
+            self._send_stream(_stream_chunks(reply, include_usage=include), extra)
         else:
             self._send_json(
-                200, reply, trickle_s=state.trickle_interval_s if fault == "trickle" else None
+                200, reply, extra, trickle_s=state.trickle_interval_s if fault == "trickle" else None
             )
 
     def _wait(self, arrived: float) -> None:
@@ -654,7 +705,7 @@ class _Handler(BaseHTTPRequestHandler):
         if left > 0:
             time.sleep(left)
 
-    def _send_stream(self, chunks: list[dict[str, Any]]) -> None:
+    def _send_stream(self, chunks: list[dict[str, Any]], headers: dict[str, str] | None = None) -> None:
         """Server-sent events, ending with ``data: [DONE]``."""
         payload = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks)
         payload += b"data: [DONE]\n\n"
@@ -662,6 +713,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Content-Length", str(len(payload)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
         self.end_headers()
         self.wfile.write(payload)
 

@@ -24,7 +24,9 @@ TILE               the planned points of the objects inside the crop, in the cro
 DIRECT, COT        ``ANSWER: k``, k = round(n (1 + count_bias) + Normal(0, count_sigma n)) >= 0
 video P1/P2/P3     the same k, as a sentence
 CounterCount       factual image: n; counterfactual: the canonical count with probability
-                   ``canonical``, else n (MCQ: the number word; open-ended: "k <parts>.")
+                   ``canonical``, else n (MCQ: the number word; open-ended: "k <parts>."); with
+                   probability ``hedge`` a wrong number first ("At first glance k+1, but
+                   counting again I see k."), which the audit's judge resolves
 parser, judge      the last integer of the quoted reply (as the test server)
 =================  ============================================================================
 
@@ -278,6 +280,9 @@ def simulated_reply(
         if stim.meta.get("kind") == "cf" and canonical is not None:
             if _rng(seed, *key, kind).random() < profile.canonical:
                 value = int(canonical)
+        if _rng(seed, *key, kind, "hedge").random() < profile.hedge:
+            # Several numbers: the rules leave it to the audit's judge, which reads the last one.
+            return f"At first glance {value + 1}, but counting again I see {value}."
         if kind == "cf-mcq":
             return CT.number_word(value)
         return f"{value} {stim.obj}."

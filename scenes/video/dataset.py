@@ -12,9 +12,10 @@ Each manifest line has ``frames`` (relative paths, in time order), ``n``, ``obj`
 ``objects_leaving_frame``, ``frame_indices``, the other visibility statistics, the seed, the
 object positions and the renderer.
 
-A build is resumable: each video's ``frames/<id>/stimulus.json`` (its manifest entry and the
-build parameters) is written last, after its frames, so a build started again in the same
-folder with the same parameters keeps the videos that have one and renders only the rest. When
+A build is resumable: each video's ``frames/<id>/stimulus.json`` (its manifest entry, the
+build parameters and the size and SHA-256 of each of its files) is written last, after its
+frames, so a build started again in the same folder with the same parameters keeps the videos
+whose record names them and whose files are all still as recorded, and renders the rest. When
 a build is interrupted (Ctrl-C, SIGTERM) the worker processes stop and the half-written videos'
 files are removed. ``workers`` (default: every core the process may use) render videos in
 parallel processes.
@@ -22,6 +23,7 @@ parallel processes.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import multiprocessing
 import shutil
@@ -193,19 +195,57 @@ def _build_params(task: tuple[Any, ...]) -> dict[str, Any]:
 
 
 def _finished(task: tuple[Any, ...]) -> Stimulus | None:
-    """The stimulus of a video an earlier build finished with the same parameters, else None."""
-    spec, root = task[0], Path(task[2])
+    """The stimulus of a video an earlier build finished with the same parameters, else None.
+
+    Nothing of it is taken on trust: its record must name this video (id, count, object, the
+    frame files this build writes) and every file must still have the size and SHA-256 recorded
+    when it was written (a 0-byte or cut frame, an edited one, one left from another build: the
+    video is rendered again). A record without file hashes (an older countgym) is not kept."""
+    spec, root, fmt, video = task[0], Path(task[2]), task[5], task[6]
     try:
         saved = json.loads((root / "frames" / spec.stimulus_id / DONE_FILE).read_text())
         if saved.get("params") != _build_params(task):
             return None
         st = Stimulus.model_validate(saved["stimulus"])
+        files = saved["files"]
+        if not isinstance(files, dict):
+            return None
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
-    media = [*(st.frames or []), *([st.meta["video"]] if st.meta.get("video") else [])]
-    if st.id != spec.stimulus_id or not all((root / rel).is_file() for rel in media):
+    media = [*_frame_rels(spec, fmt), *([_video_rel(spec)] if video else [])]
+    expected = (spec.stimulus_id, spec.n, spec.obj, spec.obj_sing, _frame_rels(spec, fmt),
+                _video_rel(spec) if video else None)
+    if (st.id, st.n, st.obj, st.obj_sing, st.frames, st.meta.get("video")) != expected:
+        return None
+    if sorted(files) != sorted(media) or not all(_file_matches(root / rel, files[rel]) for rel in media):
         return None
     return st
+
+
+def _frame_rels(spec: VideoSpec, fmt: str) -> list[str]:
+    return [f"frames/{spec.stimulus_id}/f{f:03d}.{fmt}" for f in SAMPLED_FRAMES]
+
+
+def _video_rel(spec: VideoSpec) -> str:
+    return f"videos/{spec.stimulus_id}.mp4"
+
+
+def _file_record(path: Path) -> dict[str, Any]:
+    """What a finished video records of each of its files: size and SHA-256."""
+    data = path.read_bytes()
+    return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def _file_matches(path: Path, record: Any) -> bool:
+    """Whether ``path`` is a regular, non-empty file with the recorded size and SHA-256."""
+    if not isinstance(record, dict) or not isinstance(record.get("bytes"), int) or record["bytes"] <= 0:
+        return False
+    try:
+        if path.is_symlink() or not path.is_file() or path.stat().st_size != record["bytes"]:
+            return False
+        return _file_record(path) == record
+    except OSError:
+        return False
 
 
 def _remove_video(root: Path, stimulus_id: str) -> None:
@@ -269,7 +309,7 @@ def _make_one(task: tuple[Any, ...]) -> Stimulus:
     geom = video_geometry(spec, seed_offset, candidate_cap=cap, reading=reading)
     folder = root / "frames" / spec.stimulus_id
     folder.mkdir(parents=True, exist_ok=True)
-    rels = [f"frames/{spec.stimulus_id}/f{f:03d}.{fmt}" for f in SAMPLED_FRAMES]
+    rels = _frame_rels(spec, fmt)
     meta: dict[str, Any] = {
         "renderer": renderer,
         "render_size": list(size),
@@ -309,12 +349,15 @@ def _make_one(task: tuple[Any, ...]) -> Stimulus:
         )
         meta["engine"] = engine
     if video:
-        meta["video"] = f"videos/{spec.stimulus_id}.mp4"
+        meta["video"] = _video_rel(spec)
     stimulus = stimulus_for(spec, geom, rels, **meta)
-    # Written last and atomically: its presence means every file of this video is complete.
+    files = {rel: _file_record(root / rel) for rel in [*rels, *([meta["video"]] if video else [])]}
+    # Written last and atomically: its presence means every file of this video is complete, as
+    # ``files`` records it (a resumed build checks each one).
     done = folder / DONE_FILE
     tmp = done.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"params": _build_params(task), "stimulus": stimulus.model_dump(mode="json")}))
+    tmp.write_text(json.dumps({"params": _build_params(task), "stimulus": stimulus.model_dump(mode="json"),
+                               "files": files}))
     tmp.replace(done)
     return stimulus
 

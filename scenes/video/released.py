@@ -87,6 +87,13 @@ def load_released_countvideo(
                 "under ROOT/frames/<clip name>/"
             )
     dest = Path(out) if out is not None else _default_out(root)
+    if out is None and not (dest / MANIFEST).is_file():
+        from countgym.scenes.cache import ensure_cache_root
+        from countgym.scenes.cache_marks import mark_build
+
+        ensure_cache_root(dest)  # the cache's root, marked (``cache_marks``)
+        dest.mkdir(parents=True, exist_ok=True)
+        mark_build(dest)
     if (dest / MANIFEST).is_file():
         return Dataset(dest, name="countvideo-released")
     ids = [it["id"] for it in items]
