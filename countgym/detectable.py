@@ -47,10 +47,15 @@ class Detectable:
 
     headline: Headline
     half_widths: tuple[float, ...]
+    """One per model that ran it; NaN where its audit gave no interval (too few items)."""
+
+    @property
+    def finite(self) -> tuple[float, ...]:
+        return tuple(x for x in self.half_widths if math.isfinite(x))
 
     @property
     def median(self) -> float | None:
-        return float(np.median(self.half_widths)) if self.half_widths else None
+        return float(np.median(self.finite)) if self.finite else None
 
 
 def _csv(path: Path) -> Any:
@@ -65,9 +70,9 @@ def _csv(path: Path) -> Any:
 
 
 def _half(low: Any, high: Any, scale: float = 1.0) -> list[float]:
+    """Half-widths of the intervals (NaN where a row has no interval: too few items)."""
     lo, hi = np.asarray(low, dtype=float), np.asarray(high, dtype=float)
-    ok = np.isfinite(lo) & np.isfinite(hi)
-    return [float(x) for x in (hi[ok] - lo[ok]) / 2 * scale]
+    return [float(x) for x in (hi - lo) / 2 * scale]
 
 
 def _pick_dataset(frame: Any, datasets: Sequence[str]) -> Any:
@@ -106,7 +111,7 @@ def r80_difference(arm_a: str, arm_b: str, datasets: Sequence[str]) -> Callable[
             a, b = g[g["arm"] == arm_a], g[g["arm"] == arm_b]
             ha, hb = _half(a["r80_ci_low"], a["r80_ci_high"]), _half(b["r80_ci_low"], b["r80_ci_high"])
             if ha and hb:
-                out.append(math.hypot(ha[0], hb[0]))
+                out.append(math.hypot(ha[0], hb[0]))  # NaN when either has no interval
         return out
 
     return read
@@ -207,11 +212,13 @@ def detectable_rows(results: Sequence[Detectable]) -> list[list[str]]:
     for r in results:
         h = r.headline
         digits = 0 if h.unit == "dots" else 1
-        if r.median is None:
+        if not r.half_widths:
             reach = "- (not run here)"
+        elif r.median is None:
+            reach = "no interval (too few items)"
         else:
-            lo, hi = min(r.half_widths), max(r.half_widths)
-            spread = "" if len(r.half_widths) == 1 else f" [{lo:.{digits}f}-{hi:.{digits}f}]"
+            lo, hi = min(r.finite), max(r.finite)
+            spread = "" if len(r.finite) == 1 else f" [{lo:.{digits}f}-{hi:.{digits}f}]"
             reach = f"+/-{r.median:.{digits}f} {h.unit}{spread}"
         rows.append([h.paper, h.name, h.reported, reach, str(len(r.half_widths))])
     return rows

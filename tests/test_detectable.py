@@ -89,6 +89,16 @@ def test_printed_table_puts_reach_beside_the_paper(tmp_path: Path, capsys) -> No
     assert "not run here" in fsc
 
 
+def test_rows_without_an_interval_read_as_too_few(tmp_path: Path) -> None:
+    d = tmp_path / "countercount-audit" / "countercount"
+    d.mkdir(parents=True)
+    pd.DataFrame([{"model": "m", "format": "mcq", "intervention": "baseline", "bias_rate_low": float("nan"),
+                   "bias_rate_high": float("nan")}]).to_csv(d / "cf_scores.csv", index=False)
+    rows = {r[1]: r[3] for r in detectable_rows(detectable([d.parent]))}
+    assert rows["bias rate, MCQ (baseline)"] == "no interval (too few items)"
+    assert rows["bias rate, open-ended (baseline)"] == "- (not run here)"
+
+
 def test_missing_or_broken_tables_read_as_not_run(tmp_path: Path) -> None:
     d = tmp_path / "finger-audit"
     d.mkdir()
