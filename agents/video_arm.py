@@ -4,7 +4,9 @@
 question and no other instruction (Section 5.1). This policy builds that request for any
 ``ChatModel``-like object (``complete(messages) -> Reply``) and returns the model's raw reply;
 the environment extracts the count. Messages are OpenAI-style with content parts
-``{"type": "image", "image": uint8 H x W x 3}`` and ``{"type": "text", "text": ...}``.
+``{"type": "image", "image": uint8 H x W x 3}`` and ``{"type": "text", "text": ...}``; a frame the
+environment holds as its stored file (``countgym.envs.frames.StoredFrame``) stays that object, so
+a backend that sends data URLs sends the stored bytes and nothing is decoded.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import numpy as np
 
 from countgym.agents.base import ArmFamily
 from countgym.envs.actions import Reply
+from countgym.envs.frames import StoredFrame
 
 
 class _Completes(Protocol):
@@ -22,18 +25,19 @@ class _Completes(Protocol):
 
 
 def video_messages(
-    frames: np.ndarray, question: str, *, frame_labels: bool = False, system: str | None = None
+    frames: Any, question: str, *, frame_labels: bool = False, system: str | None = None
 ) -> list[dict[str, Any]]:
     """One user message: every frame as an image part (time order), then the question.
 
-    ``frame_labels`` puts "Frame k of T:" before each image (off in the paper's protocol).
+    ``frames``: a T x H x W x 3 array or the environment's ``FrameStack``. ``frame_labels`` puts
+    "Frame k of T:" before each image (off in the paper's protocol).
     """
     parts: list[dict[str, Any]] = []
     t = len(frames)
     for k, frame in enumerate(frames):
         if frame_labels:
             parts.append({"type": "text", "text": f"Frame {k + 1} of {t}:"})
-        parts.append({"type": "image", "image": np.asarray(frame)})
+        parts.append({"type": "image", "image": frame if isinstance(frame, StoredFrame) else np.asarray(frame)})
     parts.append({"type": "text", "text": question})
     messages: list[dict[str, Any]] = []
     if system:

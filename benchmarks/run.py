@@ -37,6 +37,7 @@ BENCHES: dict[str, tuple[str, str]] = {
     "startup": ("bench_startup", "bench_startup"),
     "video": ("bench_video", "bench_video"),
     "video_build": ("bench_video", "bench_video_build"),
+    "video_episode": ("bench_video", "bench_video_episode"),
     "ray": ("bench_scale", "bench_ray_vs_local"),
     "memory": ("bench_scale", "bench_memory"),
 }
@@ -64,6 +65,7 @@ TINY: dict[str, dict[str, Any]] = {
     "startup": {},
     "video": {"videos": 1, "size": (160, 90), "cycles": False},
     "video_build": {"videos": 4, "size": (96, 54), "repeats": 1},
+    "video_episode": {"videos": 1, "size": (160, 90), "passes": 1, "photos": 2, "photo_px": 64},
     "ray": {"n_stimuli": 2, "repeats": 1},
     "memory": {"n_episodes": 20, "checkpoint": 10, "concurrency": 2},
 }

@@ -144,9 +144,12 @@ def rehearse(
         result.audit_dirs.append(audit_dir)
     _say(f"rehearsal done in {time.monotonic() - started:.0f} s: {result.cells_run} cells, {result.episodes} episodes, "
          f"{len(result.skipped)} datasets skipped ({', '.join(result.skipped) or 'none'})")
+    from countgym.detectable import print_detectable
+
     table = io.StringIO()
     with contextlib.redirect_stdout(table):
         print_comparison(result.audit_dirs, profiles, scale=scale)
+        print_detectable(result.audit_dirs, scale=scale)
     sys.stdout.write(table.getvalue())
     print_paper_map(result.audit_dirs)
     result.index = write_index(out, result, scale=scale, source=str(profiles.source),

@@ -23,6 +23,7 @@ from countgym.envs.common import (
     stimulus_pool,
 )
 from countgym.envs.extract import Target, extract_count, parse_count
+from countgym.envs.frames import FrameStack, as_sent, decode_frame
 from countgym.envs.spaces import MessageSpace, refuse_flattening
 from countgym.envs.video_templates import PROMPTS, VIDEO_TEMPLATE_HASH
 from countgym.logs import EpisodeRecord, StepRecord
@@ -56,7 +57,7 @@ class VideoSpace(spaces.Space[np.ndarray]):
 
     def contains(self, x: Any) -> bool:
         return (
-            isinstance(x, np.ndarray)
+            isinstance(x, np.ndarray | FrameStack)
             and x.dtype == np.uint8
             and x.ndim == 4
             and x.shape[3] == 3
@@ -109,7 +110,7 @@ class CountVideoEnv(gym.Env):
 
     | key    | content                                                       |
     |--------|---------------------------------------------------------------|
-    | frames | uint8 T x H x W x 3, the sampled frames in time order          |
+    | frames | the sampled frames in time order: a ``FrameStack`` (``countgym.envs.frames``), uint8 T x H x W x 3 once decoded (``np.asarray``); each frame held as the stored file sent for it, decoded only when read |
     | text   | the question: P1 "How many [color] [shape]s are in this video?" (default), P2, P3 |
 
     ## Rewards
@@ -119,7 +120,8 @@ class CountVideoEnv(gym.Env):
 
     ## Starting State
     ``reset(seed=..., options={"stimulus_id": ...})`` picks the named video, or one drawn with
-    the environment's RNG. Frames are resized so the long side is at most ``max_side`` when set.
+    the environment's RNG. Frames are resized so the long side is at most ``max_side`` when set
+    (those frames are held as pixels). Reset reads the frame files and decodes nothing.
 
     ## Episode End
     - Termination: the first action, whatever it is. ``end="answer"`` when a count was
@@ -137,7 +139,8 @@ class CountVideoEnv(gym.Env):
     "P3"), ``max_side`` (None keeps the stored size), ``reward``, ``arm``, ``model``.
 
     ## Version History
-    - v0: initial release.
+    - v0: initial release. ``frames`` became a lazy ``FrameStack`` (same pixels once decoded),
+      and the terminal step returns the same immutable stack instead of a copy.
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 2}
@@ -215,7 +218,7 @@ class CountVideoEnv(gym.Env):
         self.action_space = MessageSpace(accepts=(Reply, Answer))
 
         self.stimulus: Stimulus | None = None
-        self._frames: np.ndarray | None = None
+        self._frames: FrameStack | None = None
         self._question = ""
         self._steps: list[StepRecord] = []
         self._answer: int | None = None
@@ -236,7 +239,8 @@ class CountVideoEnv(gym.Env):
         self._steps, self._answer, self._end, self._error = [], None, None, None
         self._extracted_by = None
         self._episode = new_episode(seed, options)
-        obs = {"frames": self._frames.copy(), "text": self._question}
+        # The stack is immutable: every caller may hold the same object.
+        obs = {"frames": self._frames, "text": self._question}
         return obs, {"prompt": self.prompt, "n_frames": int(self._frames.shape[0])}
 
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
@@ -274,15 +278,15 @@ class CountVideoEnv(gym.Env):
         }
         # None values are left out: vector envs type each batched key by its first value.
         info = {k: v for k, v in info.items() if v is not None}
-        # A fresh array: callers may keep and modify what reset returned.
+        # The same immutable stack (nothing is decoded or copied for a step nothing may read).
         assert self._frames is not None, "reset() first"
-        return {"frames": self._frames.copy(), "text": ""}, reward, terminated, truncated, info
+        return {"frames": self._frames, "text": ""}, reward, terminated, truncated, info
 
     def render(self) -> np.ndarray | None:
         """The sampled frames side by side (``render_mode="rgb_array"``)."""
         if self.render_mode != "rgb_array" or self._frames is None:
             return None
-        return np.concatenate(list(self._frames), axis=1)
+        return np.concatenate(list(np.asarray(self._frames)), axis=1)
 
     def close(self) -> None:
         self._frames = None
@@ -368,8 +372,8 @@ class CountVideoEnv(gym.Env):
             return Target(str(shape), str(color) if color else None)
         return Target(stim.obj_sing) if stim.obj_sing else None
 
-    def _load_frames(self, stim: Stimulus) -> np.ndarray:
-        return load_frames(self.dataset, stim, self.max_side)
+    def _load_frames(self, stim: Stimulus) -> FrameStack:
+        return stored_frames(self.dataset, stim, self.max_side)
 
     def _stored_size(self, stim: Stimulus) -> tuple[int, int] | None:
         size = stim.meta.get("render_size")
@@ -395,6 +399,72 @@ def load_frames(dataset: Dataset, stim: Stimulus, max_side: int | None = None) -
     if len({f.shape for f in frames}) != 1:
         raise ValueError(f"stimulus {stim.id!r}: frames differ in size")
     return np.stack(frames)
+
+
+def stored_frames(dataset: Dataset, stim: Stimulus, max_side: int | None = None) -> FrameStack:
+    """The sampled frames as the environment shows them, without decoding a clean stored frame:
+    each frame file read once and held as the bytes a model is sent (``countgym.envs.frames``),
+    or as its pixels when it must be fitted to ``max_side`` or is not clean. The pixels, once
+    decoded, are ``load_frames``'s. A dataset that reads its images its own way is decoded by it."""
+    from countgym.envs.originals import _standard_loader
+
+    if not _standard_loader(dataset):
+        return FrameStack(list(load_frames(dataset, stim, max_side)))
+    from countgym.errors import UserError
+    from countgym.stimulus import MAX_VIDEO_PIXELS, check_video_pixels
+
+    frames: list[Any] = []
+    total = 0
+    for rel in stim.frames or []:
+        path = dataset.media_path(stim, rel, "frame")
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise UserError(f"missing frame {path} for stimulus {stim.id!r}") from None
+        except OSError as e:
+            raise UserError(f"cannot read frame {path}: {e}") from None
+        frame = as_sent(data)
+        w, h = (frame.shape[1], frame.shape[0]) if frame is not None else _header_size(data, path)
+        total += w * h
+        if total > MAX_VIDEO_PIXELS:
+            check_video_pixels(dataset, stim)  # raises its one-line error, from the headers
+        if frame is None or (max_side is not None and max(w, h) > max_side):
+            try:
+                pixels = decode_frame(data, str(path))
+            except (OSError, ValueError) as e:
+                raise UserError(f"cannot read frame {path}: {e}") from None
+            if max_side is not None and max(w, h) > max_side:
+                from PIL import Image
+
+                pixels = np.asarray(fit_long_side(Image.fromarray(pixels), max_side))
+                pixels.flags.writeable = False
+            frames.append(pixels)
+        else:
+            frames.append(frame)
+    if not frames:
+        raise ValueError(f"stimulus {stim.id!r} has no frames: not a video dataset")
+    try:
+        return FrameStack(frames)
+    except ValueError:
+        raise ValueError(f"stimulus {stim.id!r}: frames differ in size") from None
+
+
+def _header_size(data: bytes, path: Any) -> tuple[int, int]:
+    """(width, height) of an image file from its header (the pixels are not decoded)."""
+    import io
+    import warnings
+
+    from PIL import Image
+
+    from countgym.errors import UserError
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data)) as im:
+                return int(im.width), int(im.height)
+    except (OSError, ValueError, Image.DecompressionBombError) as e:
+        raise UserError(f"cannot read frame {path}: {e}") from None
 
 
 def _resolve_reward(reward: str | Any) -> tuple[Any, str]:

@@ -64,6 +64,16 @@ def test_rehearse_runs_audits_and_compares(tmp_path: Path, configs: Path, capsys
     assert 'href="../countercount-audit/report.html#paper-map-countercount"' in finger_report
     cc_report = (out / "runs" / "countercount-audit" / "report.html").read_text()
     assert 'href="../finger-audit/report.html">Give the Model a Finger report</a>' in cc_report
+    # What the design can detect: the CounterCount MCQ bias rate's half-width is the audit's own.
+    import pandas as pd
+
+    scores = pd.read_csv(out / "runs" / "countercount-audit" / "countercount" / "cf_scores.csv")
+    mcq = scores[(scores["format"] == "mcq") & (scores["intervention"] == "baseline")].iloc[0]
+    half = 100 * (mcq["bias_rate_high"] - mcq["bias_rate_low"]) / 2
+    detect = text.split("what this design can detect", 1)[1]
+    row = next(x for x in detect.splitlines() if "bias rate, MCQ (baseline)" in x)
+    expected = "no interval (too few items)" if half != half else f"+/-{half:.1f} pp"  # NaN: no CI at small n
+    assert expected in row and "39.1 %" in row
 
 
 def test_rehearse_bad_profile_is_one_line(tmp_path: Path, configs: Path, capsys) -> None:

@@ -24,6 +24,7 @@ from PIL import Image
 from countgym.agents.backends.png_bands import encode_png_over
 from countgym.cpu_slots import cpu_slot
 from countgym.envs.actions import Reply
+from countgym.envs.frames import StoredFrame
 from countgym.envs.originals import drawn_over, original_of, view_key
 from countgym.logs import Usage
 
@@ -221,12 +222,14 @@ def png_data_url(image: np.ndarray) -> str:
     """The image as a base64 PNG data URL (lossless, ``encode_png``; cached per live array object,
     and per distinct unmarked view of a stimulus; a view drawn over one re-encodes only its
     changed row bands; an unmarked view whose source file is already its PNG is that file,
-    ``countgym.envs.originals.png_as_sent``).
+    ``countgym.envs.originals.png_as_sent``). A video frame held as its stored file
+    (``countgym.envs.frames.StoredFrame``: a clean JPEG or PNG, metadata cut out) is sent as those
+    bytes, not re-encoded: the name says PNG for what this function makes, not for what it passes on.
 
     The cache assumes arrays are not mutated in place after being sent, which holds for
     observations (the environment returns a fresh array each step).
     """
-    if isinstance(image, EncodedImage):
+    if isinstance(image, EncodedImage | StoredFrame):
         return image.url
     key = id(image)
     with _PNG_LOCK:

@@ -359,16 +359,36 @@ def to_tool_calls(text: str, index: int) -> tuple[str, list[dict[str, Any]] | No
     return head.strip(), [call]
 
 
-@functools.lru_cache(maxsize=128)
 def image_size(url: str) -> tuple[int, int]:
     """(width, height) of an image data URL from its header, without decoding the pixels (a
-    PNG's from its first 24 bytes: signature, then the IHDR chunk's width and height)."""
-    _, _, payload = url.partition(",")
-    head = base64.b64decode(payload[:32] + "=" * (-len(payload[:32]) % 4))
+    PNG's from its first 24 bytes: signature, then the IHDR chunk's width and height; a JPEG's
+    from its first 3 kB or, failing that, 48 kB, which hold the frame header of any file without
+    a large metadata segment; else from the whole file)."""
+    start = url.find(",") + 1
+    first = url[start : start + 32]
+    head = base64.b64decode(first + "=" * (-len(first) % 4))
     if len(head) == 24 and head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR":
         w, h = int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
         if w > 0 and h > 0:
             return w, h
+    if head[:2] == b"\xff\xd8":
+        for chars in _JPEG_HEADS:
+            if len(url) - start <= chars:
+                break
+            try:
+                with Image.open(io.BytesIO(base64.b64decode(url[start : start + chars]))) as im:
+                    return im.size
+            except (OSError, ValueError, SyntaxError):
+                continue  # the frame header lies further in
+    return _decoded_size(url[start:])
+
+
+_JPEG_HEADS = (4096, 65536)
+"""Base64 characters of a JPEG read for its size (3 kB, then 48 kB), before the whole file."""
+
+
+@functools.lru_cache(maxsize=128)
+def _decoded_size(payload: str) -> tuple[int, int]:
     with Image.open(io.BytesIO(base64.b64decode(payload))) as im:
         return im.size
 
