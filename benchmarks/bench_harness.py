@@ -413,7 +413,7 @@ def median_runs(trials: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, 
 
 
 CPU_TARGET = 0.8
-"""CPU per model call against a warmed Inspect AI's (at most; spec/quality.md)."""
+"""CPU per model call against a warmed Inspect AI's (at most: the project's performance target)."""
 MEM_TARGET = 1.5
 """Peak memory against Inspect AI's (at most)."""
 

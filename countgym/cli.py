@@ -240,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="episodes in the report's trajectory viewer (0: no viewer; default 40)")
     a.add_argument("--resamples", type=_positive_int, default=2000, help="bootstrap resamples (default 2000)")
     a.add_argument("--judge", default=None, metavar="MODEL",
-                   help="judge CounterCount replies with several numbers with this model, or 'same' "
+                   help="judge single-step replies with several numbers with this model, or 'same' "
                         "(the default, the paper's setting): each run's own model in its baseline "
                         "configuration, at the endpoint you name with --judge-option api_base=URL when "
                         "its log names one (an endpoint named in a log never receives your key; such "

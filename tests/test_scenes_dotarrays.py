@@ -24,6 +24,7 @@ from countgym.scenes import (
     subset_ids,
 )
 from countgym.scenes import batteries as bat
+from countgym.scenes.cache_marks import ROOT_MARKER
 from countgym.scenes.dotarrays import (
     GENERATOR_VERSION,
     JITTER,
@@ -372,7 +373,8 @@ def test_resolve_dataset_builds_cache_once(tmp_path: Path, monkeypatch: pytest.M
     assert ds.root == tmp_path / "cache" / f"lattice-v{GENERATOR_VERSION}"
     again = resolve_dataset("lattice")
     assert calls == ["lattice"] and again.ids() == ds.ids()
-    assert [p.name for p in (tmp_path / "cache").iterdir()] == [f"lattice-v{GENERATOR_VERSION}"]  # no temp left
+    left = sorted(p.name for p in (tmp_path / "cache").iterdir())
+    assert left == [ROOT_MARKER, f"lattice-v{GENERATOR_VERSION}"]  # the root's marker, no temp left
 
 
 def test_cache_race_loser_discards_its_copy(
@@ -387,7 +389,7 @@ def test_cache_race_loser_discards_its_copy(
 
     monkeypatch.setattr(bat, "make_battery", racing)
     assert len(resolve_dataset("lattice")) == 3
-    assert [p.name for p in tmp_path.iterdir()] == [f"lattice-v{GENERATOR_VERSION}"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [ROOT_MARKER, f"lattice-v{GENERATOR_VERSION}"]
 
 
 def test_resolve_dataset_subsets(
