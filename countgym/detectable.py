@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from countgym.rehearse import read_csv_or_none
+
 
 @dataclass(frozen=True)
 class Headline:
@@ -58,17 +60,6 @@ class Detectable:
         return float(np.median(self.finite)) if self.finite else None
 
 
-def _csv(path: Path) -> Any:
-    import pandas as pd
-
-    if not path.is_file():
-        return None
-    try:
-        return pd.read_csv(path)
-    except (ValueError, OSError):
-        return None
-
-
 def _half(low: Any, high: Any, scale: float = 1.0) -> list[float]:
     """Half-widths of the intervals (NaN where a row has no interval: too few items)."""
     lo, hi = np.asarray(low, dtype=float), np.asarray(high, dtype=float)
@@ -90,7 +81,7 @@ def arm_em(arm_a: str, arm_b: str, datasets: Sequence[str]) -> Callable[[Path], 
     """Paired EM contrast ``arm_b - arm_a`` (percentage points), from ``contrasts.csv``."""
 
     def read(audit: Path) -> list[float]:
-        rows = _pick_dataset(_csv(audit / "contrasts.csv"), datasets)
+        rows = _pick_dataset(read_csv_or_none(audit / "contrasts.csv"), datasets)
         if rows is None:
             return []
         rows = rows[(rows["metric"] == "exact_match_score") & (rows["arm_a"] == arm_a) & (rows["arm_b"] == arm_b)]
@@ -103,7 +94,7 @@ def r80_difference(arm_a: str, arm_b: str, datasets: Sequence[str]) -> Callable[
     """R80 of ``arm_b`` minus ``arm_a`` per model (in dots), from ``summary.csv``'s R80 CIs."""
 
     def read(audit: Path) -> list[float]:
-        rows = _pick_dataset(_csv(audit / "summary.csv"), datasets)
+        rows = _pick_dataset(read_csv_or_none(audit / "summary.csv"), datasets)
         if rows is None or not {"r80_ci_low", "r80_ci_high", "arm", "model"} <= set(rows.columns):
             return []
         out = []
@@ -121,7 +112,7 @@ def cf_bias(fmt: str) -> Callable[[Path], list[float]]:
     """CounterCount bias rate (baseline question, ``fmt``) per model, from ``cf_scores.csv``."""
 
     def read(audit: Path) -> list[float]:
-        s = _csv(audit / "countercount" / "cf_scores.csv")
+        s = read_csv_or_none(audit / "countercount" / "cf_scores.csv")
         if s is None or not {"format", "intervention", "bias_rate_low", "bias_rate_high"} <= set(s.columns):
             return []
         rows = s[(s["format"].astype(str) == fmt) & (s["intervention"].astype(str) == "baseline")]
@@ -135,7 +126,7 @@ def cf_delta(level: str, fmt: str) -> Callable[[Path], list[float]]:
     setting, not the sweep's), from ``cf_deltas.csv``."""
 
     def read(audit: Path) -> list[float]:
-        d = _csv(audit / "countercount" / "cf_deltas.csv")
+        d = read_csv_or_none(audit / "countercount" / "cf_deltas.csv")
         need = {"format", "level", "bias_rate_delta_low", "bias_rate_delta_high"}
         if d is None or not need <= set(d.columns):
             return []
@@ -150,7 +141,7 @@ def video_em(arm: str, *, between_models: bool = False) -> Callable[[Path], list
     ``between_models``, the EM difference between two models (root sum of squares of theirs)."""
 
     def read(audit: Path) -> list[float]:
-        s = _csv(audit / "summary.csv")
+        s = read_csv_or_none(audit / "summary.csv")
         if s is None or not {"arm", "em_ci_low", "em_ci_high"} <= set(s.columns):
             return []
         rows = s[s["arm"].astype(str) == arm]

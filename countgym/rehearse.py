@@ -246,7 +246,8 @@ def _audit(run_dir: Path, audit_dir: Path, *, quick: bool = False, profiles: Any
 
 
 # --- injected vs recovered ------------------------------------------------------------------------
-def _read_csv(path: Path) -> Any:
+def read_csv_or_none(path: Path) -> Any:
+    """The CSV at ``path`` as a DataFrame, or None when it is missing or unreadable."""
     import pandas as pd
 
     if not path.is_file():
@@ -339,7 +340,7 @@ def comparison_checks(audit_dirs: Sequence[Path], profiles: Any) -> list[Check]:
 
     checks: list[Check] = []
     for d in audit_dirs:
-        ep = _read_csv(d / "episodes.csv")
+        ep = read_csv_or_none(d / "episodes.csv")
         if ep is None or ep.empty:
             continue
         for model, g in ep.groupby("model", sort=True):
@@ -407,7 +408,7 @@ def comparison_rows(audit_dirs: Sequence[Path], profiles: Any) -> list[list[str]
 def _cf_counts(audit_dir: Path, model: str) -> tuple[int, int] | None:
     """(biased, CF items) of a model over all its formats and interventions (the rows of the
     audit's ``countercount/cf_scores.csv``)."""
-    scores = _read_csv(audit_dir / "countercount" / "cf_scores.csv")
+    scores = read_csv_or_none(audit_dir / "countercount" / "cf_scores.csv")
     if scores is None or not {"model", "bias_rate", "n_cf"} <= set(scores.columns):
         return None
     rows = scores[(scores["model"].astype(str) == model) & scores["bias_rate"].notna()]
@@ -417,7 +418,7 @@ def _cf_counts(audit_dir: Path, model: str) -> tuple[int, int] | None:
 
 def _r80_of(audit_dir: Path, model: str) -> str:
     """The range of R80 over a model's rows of the audit's ``summary.csv`` (``-`` when none)."""
-    summary = _read_csv(audit_dir / "summary.csv")
+    summary = read_csv_or_none(audit_dir / "summary.csv")
     if summary is None or "r80" not in summary.columns or "model" not in summary.columns:
         return "-"
     rows = summary[(summary["model"].astype(str) == model) & summary["r80"].notna()]
