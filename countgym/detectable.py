@@ -25,8 +25,6 @@ from typing import Any
 
 import numpy as np
 
-from countgym.rehearse import read_csv_or_none
-
 
 @dataclass(frozen=True)
 class Headline:
@@ -58,6 +56,18 @@ class Detectable:
     @property
     def median(self) -> float | None:
         return float(np.median(self.finite)) if self.finite else None
+
+
+def read_csv_or_none(path: Path) -> Any:
+    """The CSV at ``path`` as a DataFrame, or None when it is missing or unreadable."""
+    import pandas as pd
+
+    if not path.is_file():
+        return None
+    try:
+        return pd.read_csv(path)
+    except (ValueError, OSError):
+        return None
 
 
 def _half(low: Any, high: Any, scale: float = 1.0) -> list[float]:

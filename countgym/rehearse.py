@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from countgym.detectable import read_csv_or_none
 from countgym.errors import UserError
 
 QUICK_LIMIT = 2
@@ -246,18 +247,6 @@ def _audit(run_dir: Path, audit_dir: Path, *, quick: bool = False, profiles: Any
 
 
 # --- injected vs recovered ------------------------------------------------------------------------
-def read_csv_or_none(path: Path) -> Any:
-    """The CSV at ``path`` as a DataFrame, or None when it is missing or unreadable."""
-    import pandas as pd
-
-    if not path.is_file():
-        return None
-    try:
-        return pd.read_csv(path)
-    except (ValueError, OSError):
-        return None
-
-
 def _f(v: Any, digits: int = 1) -> str:
     try:
         x = float(v)
