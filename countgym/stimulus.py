@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import stat
 import warnings
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
@@ -65,6 +66,8 @@ class Stimulus(BaseModel):
         return v
 
 
+MEDIA_PATHS_KEPT = 65536
+"""Media paths a ``Dataset`` remembers as checked (a 2,600-video battery names 26,000)."""
 STIMULUS_CACHE_SIZE = 16384
 """Stimuli a ``Dataset`` keeps parsed (most recently used); the rest stay manifest lines.
 Every built-in dataset (a few thousand stimuli at most) is kept whole, so an audit parses
@@ -172,12 +175,25 @@ class Dataset:
     def media_path(self, stimulus: Stimulus, rel: str, what: str = "media") -> Path:
         """Absolute path of a file a stimulus names (image, frame, mask), checked to stay inside
         the folder and, when it exists, to be a regular file (a FIFO named ``x.png`` would block
-        the reader forever; a device or folder is no image either)."""
+        the reader forever; a device or folder is no image either). A path found to be a regular
+        file is remembered (``MEDIA_PATHS_KEPT``): a video episode asks for ten, and resolving
+        each costs a ``stat`` per folder of the path."""
+        known = self._media_paths.get(rel) if hasattr(self, "_media_paths") else None
+        if known is not None:
+            return known
         path = (self.root / rel).resolve()
         if self._resolved_root() not in path.parents:
             raise UserError(f"stimulus {stimulus.id!r}: {what} path {rel!r} escapes the dataset folder")
-        if path.exists() and not path.is_file():
+        try:
+            regular = stat.S_ISREG(path.stat().st_mode)
+        except OSError:  # missing (or unreadable): the reader says so
+            return path
+        if not regular:
             raise UserError(f"stimulus {stimulus.id!r}: {what} path {rel!r} is not a regular file")
+        kept = self.__dict__.setdefault("_media_paths", {})
+        if len(kept) >= MEDIA_PATHS_KEPT:
+            kept.clear()
+        kept[rel] = path
         return path
 
     def load_image(self, stimulus: Stimulus) -> Image.Image:

@@ -17,8 +17,9 @@ object to every caller without copying it.
 
 from __future__ import annotations
 
-import base64
 import io
+import os
+import threading
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -26,7 +27,8 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from countgym.envs.jpeg_clean import jpeg_as_sent, jpeg_size
+from countgym.dataurl import data_url
+from countgym.envs.jpeg_clean import jpeg_parse
 from countgym.envs.originals import png_as_sent
 
 
@@ -46,7 +48,7 @@ class StoredFrame:
     def url(self) -> str:
         """``data:<media type>;base64,...`` of the bytes sent (built once)."""
         if self._url is None:
-            self._url = f"data:{self.media_type};base64," + base64.b64encode(self.data).decode("ascii")
+            self._url = data_url(self.media_type, self.data)
         return self._url
 
     def pixels(self) -> np.ndarray:
@@ -153,18 +155,62 @@ class FrameStack:
         return f"FrameStack(shape={self.shape}, {stored} of {len(self.frames)} frames as stored)"
 
 
-def as_sent(data: bytes) -> StoredFrame | None:
+def as_sent(data: bytes, identity: tuple[Any, ...] | None = None) -> StoredFrame | None:
     """``data`` as a frame sent as stored (a clean JPEG with its metadata cut out, or a PNG that
-    ``png_as_sent`` accepts), or None when it must be decoded and encoded afresh."""
+    ``png_as_sent`` accepts), or None when it must be decoded and encoded afresh.
+
+    ``identity`` (the file's path, size, modification time, inode and device, as
+    ``read_frame_file`` gives it) lets the verdict on a file be reused while the file is
+    unchanged: finding a JPEG's end reads every byte of its entropy-coded data, and a paper's
+    video cells send each of the battery's 26,000 frames once per model."""
+    if identity is not None:
+        with _VERDICTS_LOCK:
+            verdict = _VERDICTS.get(identity)
+        if verdict is not None and len(data) == identity[1]:
+            return _from_verdict(data, verdict)
     if data[:2] == b"\xff\xd8":
-        size = jpeg_size(data)
-        clean = jpeg_as_sent(data, size) if size is not None else None
-        return None if clean is None or size is None else StoredFrame(clean, "image/jpeg", size)
-    if data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) >= 24 and data[12:16] == b"IHDR":
+        parsed = jpeg_parse(data)
+        verdict = None if parsed is None else ("image/jpeg", parsed[0], parsed[1])
+    elif data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) >= 24 and data[12:16] == b"IHDR":
         size = (int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big"))
         png = png_as_sent(data, size)
-        return None if png is None else StoredFrame(png, "image/png", size)
-    return None
+        if png is None:
+            verdict = None
+        elif png is data:
+            verdict = ("image/png", [(0, len(data))], size)
+        else:
+            return StoredFrame(png, "image/png", size)  # chunks dropped: not kept as spans
+    else:
+        verdict = None
+    if identity is not None and verdict is not None:
+        with _VERDICTS_LOCK:
+            if len(_VERDICTS) >= VERDICTS_KEPT:
+                _VERDICTS.clear()
+            _VERDICTS[identity] = verdict
+    return None if verdict is None else _from_verdict(data, verdict)
+
+
+VERDICTS_KEPT = 65536
+"""Files whose verdict ``as_sent`` remembers (a few hundred bytes each)."""
+_VERDICTS: dict[tuple[Any, ...], tuple[str, list[tuple[int, int]], tuple[int, int]]] = {}
+_VERDICTS_LOCK = threading.Lock()
+
+
+def _from_verdict(data: bytes, verdict: tuple[str, list[tuple[int, int]], tuple[int, int]]) -> StoredFrame:
+    media_type, spans, size = verdict
+    if len(spans) == 1 and spans[0] == (0, len(data)):
+        return StoredFrame(data, media_type, size)
+    view = memoryview(data)
+    return StoredFrame(b"".join(view[a:b] for a, b in spans), media_type, size)
+
+
+def read_frame_file(path: Any) -> tuple[bytes, tuple[Any, ...]]:
+    """A frame file's bytes and its identity (path, size, modification time, inode, device),
+    from one open: the identity is the file's as it was read."""
+    with open(path, "rb") as f:
+        st = os.fstat(f.fileno())
+        data = f.read()
+    return data, (str(path), st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev)
 
 
 def decode_frame(data: bytes, where: str) -> np.ndarray:

@@ -53,6 +53,12 @@ def jpeg_as_sent(data: bytes, size: tuple[int, int]) -> bytes | None:
     return b"".join(view[a:b] for a, b in spans)
 
 
+def jpeg_parse(data: bytes) -> tuple[list[tuple[int, int]], tuple[int, int]] | None:
+    """(byte spans ``jpeg_as_sent`` keeps, (width, height)) of a JPEG this module sends, or None:
+    one pass over ``data`` (the scan for the next marker reads every entropy-coded byte)."""
+    return _parse(data)
+
+
 def _keep_app(marker: int, body: bytes) -> bool:
     return (marker == APP0 and body.startswith(b"JFIF\x00")) or (marker == APP14 and body.startswith(b"Adobe"))
 

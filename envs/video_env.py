@@ -23,7 +23,7 @@ from countgym.envs.common import (
     stimulus_pool,
 )
 from countgym.envs.extract import Target, extract_count, parse_count
-from countgym.envs.frames import FrameStack, as_sent, decode_frame
+from countgym.envs.frames import FrameStack, as_sent, decode_frame, read_frame_file
 from countgym.envs.spaces import MessageSpace, refuse_flattening
 from countgym.envs.video_templates import PROMPTS, VIDEO_TEMPLATE_HASH
 from countgym.logs import EpisodeRecord, StepRecord
@@ -418,12 +418,12 @@ def stored_frames(dataset: Dataset, stim: Stimulus, max_side: int | None = None)
     for rel in stim.frames or []:
         path = dataset.media_path(stim, rel, "frame")
         try:
-            data = path.read_bytes()
+            data, identity = read_frame_file(path)
         except FileNotFoundError:
             raise UserError(f"missing frame {path} for stimulus {stim.id!r}") from None
         except OSError as e:
             raise UserError(f"cannot read frame {path}: {e}") from None
-        frame = as_sent(data)
+        frame = as_sent(data, identity)
         w, h = (frame.shape[1], frame.shape[0]) if frame is not None else _header_size(data, path)
         total += w * h
         if total > MAX_VIDEO_PIXELS:
