@@ -23,6 +23,7 @@ from PIL import Image
 
 from countgym.agents.backends.png_bands import encode_png_over
 from countgym.cpu_slots import cpu_slot
+from countgym.dataurl import data_url
 from countgym.envs.actions import Reply
 from countgym.envs.frames import StoredFrame
 from countgym.envs.originals import drawn_over, original_of, view_key
@@ -245,11 +246,11 @@ def png_data_url(image: np.ndarray) -> str:
         if original is not None and original.source_png is not None:
             # The unmarked view of a source that is already its PNG: sent as it is.
             png = original.source_png
-            url = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+            url = data_url("image/png", png)
         else:
             with cpu_slot():  # at most one encode per core (``countgym.cpu_slots``)
                 png = _encode(image)
-                url = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+                url = data_url("image/png", png)
         if view is not None:
             with _PNG_LOCK:
                 _VIEW_URLS[view] = url

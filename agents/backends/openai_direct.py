@@ -42,6 +42,7 @@ from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 from urllib.request import getproxies, proxy_bypass
 
+from countgym.dataurl import Base64DataURL
 from countgym.errors import UserError
 from countgym.limits import MAX_CONCURRENCY
 from countgym.secrets import redact_url, register_secret, scrub_text, strip_userinfo
@@ -223,7 +224,9 @@ _SPLICE_MIN = 4096
 def json_safe_data_url(url: Any) -> bool:
     """Whether ``url`` is a base64 data URL whose JSON string is its own text (nothing to escape):
     an ASCII ``data:<type>;base64,`` head without quotes, backslashes or control characters, then
-    only base64 characters."""
+    only base64 characters. A ``Base64DataURL`` (``countgym.dataurl``) is one by construction."""
+    if type(url) is Base64DataURL:
+        return len(url) >= _SPLICE_MIN
     if not isinstance(url, str) or len(url) < _SPLICE_MIN or not url.startswith("data:"):
         return False
     head, sep, payload = url.partition(",")
