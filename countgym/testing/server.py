@@ -52,9 +52,11 @@ import functools
 import io
 import json
 import math
+import os
 import random
 import re
 import string
+import struct
 import sys
 import threading
 import time
@@ -359,6 +361,66 @@ def to_tool_calls(text: str, index: int) -> tuple[str, list[dict[str, Any]] | No
     return head.strip(), [call]
 
 
+_URL_KEYS = (b'"url":"data:', b'"url": "data:')
+_SPLICED_MIN = 4096
+"""Data URLs shorter than this are left to the JSON parser."""
+
+
+def loads_body(raw: bytes) -> Any:
+    """A request body's JSON, with every long image data URL cut out before parsing and put back
+    after (``json.loads`` reads each of a video request's 2.8 MB of base64 one character at a
+    time; finding where a URL ends is one ``bytes.find``). The result equals ``json.loads(raw)``:
+    only a ``"url"`` value that starts with ``data:``, holds no backslash (no escape to decode)
+    and ends at the next quote is cut, and a body that still fails to parse is parsed whole."""
+    pieces: list[bytes] = []
+    urls: list[str] = []
+    token = b"countgym-spliced-" + os.urandom(8).hex().encode() + b"-"
+    pos = 0
+    for key in _URL_KEYS:
+        if key not in raw:
+            continue
+        start = raw.find(key, pos)
+        while start >= 0:
+            begin = start + len(key) - len(b"data:")
+            end = raw.find(b'"', begin)
+            if end < 0:
+                break
+            url = raw[begin:end] if end - begin >= _SPLICED_MIN and raw.find(b"\\", begin, end) < 0 else b""
+            if url.isascii() and url:
+                pieces += [raw[pos:begin], token, str(len(urls)).encode()]
+                urls.append(url.decode("ascii"))
+                pos = end
+            start = raw.find(key, end)
+        break
+    if not urls or token in raw:
+        return json.loads(raw)
+    pieces.append(raw[pos:])
+    try:
+        body = json.loads(b"".join(pieces))
+    except ValueError:
+        return json.loads(raw)
+    if _put_back(body, token.decode(), urls) != len(urls):
+        return json.loads(raw)  # a cut value under another key: parse it as it came
+    return body
+
+
+def _put_back(body: Any, prefix: str, urls: list[str]) -> int:
+    """Replace each ``"url"`` value ``<prefix><k>`` in the parsed body with ``urls[k]``; the
+    number replaced."""
+    stack, done = [body], 0
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            url = node.get("url")
+            if isinstance(url, str) and url.startswith(prefix):
+                node["url"] = urls[int(url[len(prefix):])]
+                done += 1
+            stack.extend(v for v in node.values() if isinstance(v, dict | list))
+        elif isinstance(node, list):
+            stack.extend(v for v in node if isinstance(v, dict | list))
+    return done
+
+
 def image_size(url: str) -> tuple[int, int]:
     """(width, height) of an image data URL from its header, without decoding the pixels (a
     PNG's from its first 24 bytes: signature, then the IHDR chunk's width and height; a JPEG's
@@ -373,6 +435,10 @@ def image_size(url: str) -> tuple[int, int]:
             return w, h
     if head[:2] == b"\xff\xd8":
         for chars in _JPEG_HEADS:
+            size = _jpeg_frame_size(base64.b64decode(url[start : start + chars]))
+            if size is not None:
+                return size
+        for chars in _JPEG_HEADS:
             if len(url) - start <= chars:
                 break
             try:
@@ -381,6 +447,29 @@ def image_size(url: str) -> tuple[int, int]:
             except (OSError, ValueError, SyntaxError):
                 continue  # the frame header lies further in
     return _decoded_size(url[start:])
+
+
+_SOF_MARKERS = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
+
+
+def _jpeg_frame_size(head: bytes) -> tuple[int, int] | None:
+    """(width, height) from the frame header among a JPEG's first bytes ``head``, walking the
+    marker segments before it; None when it is not within ``head``."""
+    pos = 2
+    while pos + 9 <= len(head):
+        if head[pos] != 0xFF:
+            return None
+        marker = head[pos + 1]
+        if marker == 0xFF:  # a fill byte
+            pos += 1
+            continue
+        if marker in _SOF_MARKERS:
+            h, w = struct.unpack_from(">HH", head, pos + 5)
+            return (w, h) if w and h else None
+        if marker in (0xD9, 0xDA):  # end of image or a scan before any frame header
+            return None
+        pos += 2 + struct.unpack_from(">H", head, pos + 2)[0]
+    return None
 
 
 _JPEG_HEADS = (4096, 65536)
@@ -638,7 +727,7 @@ class _Handler(BaseHTTPRequestHandler):
             )
             return
         try:
-            body = json.loads(raw)
+            body = loads_body(raw)
             messages = body["messages"]
         except (ValueError, KeyError, TypeError):
             self._send_json(
