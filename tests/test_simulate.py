@@ -231,6 +231,17 @@ def test_video_under_counting_recovered(tmp_path: Path, tiny_countvideo: Path) -
     assert ep["signed_error"].mean() < 0
 
 
+def test_simulated_runs_are_not_called_blind(tmp_path: Path, tiny_countercount: Path, tiny_countvideo: Path,
+                                             capsys) -> None:
+    """The simulated model answers CounterCount and video from their truth: none of the test
+    server's "cannot see the truth" lines (or headers) belong in a simulated run."""
+    for data, arm in ((tiny_countercount, "cf-mcq"), (tiny_countvideo, "video-p1")):
+        assert run_cli("run", "--data", str(data), "--agent", arm, "--model", "REPLACE:vlm", "--simulate",
+                       "--out", str(tmp_path / arm), "--no-progress") == 0
+    err = capsys.readouterr().err
+    assert "countgym testserver" not in err and "mean nothing" not in err
+
+
 # --- R80: finite when count_sigma > 0 -----------------------------------------------------------
 def test_finite_r80_with_count_noise(tmp_path: Path) -> None:
     counts = list(range(1, 13))

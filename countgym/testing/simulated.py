@@ -241,6 +241,11 @@ class SimulatedServer(_TestServer):
         profile = self.profiles.for_model(model)
         return simulated_reply(messages, kind, truth, ds, profile, seed=self.seed, key=(model, sid, repeat))
 
+    def blind_notice(self, messages: Sequence[dict[str, Any]]) -> str | None:
+        """None: the simulated model answers CounterCount and video prompts from their truth, so
+        it prints no "cannot see the truth" line and sends no ``X-Countgym-Blind`` header."""
+        return None
+
 
 def simulated_reply(
     messages: Sequence[dict[str, Any]],
