@@ -34,6 +34,7 @@ from countgym.envs.common import (
 )
 from countgym.envs.extract import strip_reasoning
 from countgym.envs.numbers import NONE_SPAN, Number, count_mentions
+from countgym.envs.originals import derived_original, load_original
 from countgym.envs.rewards import RewardFn, resolve_reward
 from countgym.envs.spaces import ImageSpace, MessageSpace, refuse_flattening
 from countgym.envs.state import EpisodeState
@@ -456,21 +457,33 @@ class CounterCountEnv(gym.Env):
         options = options or {}
         stim = self.dataset[pick_stimulus_id(self.np_random, self._pool, options)]
         self.stimulus = stim
-        stored = self.dataset.load_image(stim)
-        image, box = shown_image(
-            stored, stim, blur=self.blur, blur_radius=self.blur_radius, feather=self.feather
-        )
+        # The image shown is shared by every episode of the stimulus and setting
+        # (``countgym.envs.originals``): decoded (and blurred) once, encoded once; unblurred, it
+        # is sent as its own file. The pixels are ``shown_image``'s, which replay calls.
+        loaded = load_original(self.dataset, stim, MAX_LONG_SIDE)
+        box = shown_box(stim, loaded.stored_size, loaded.size)
+        if self.blur:
+            loaded = derived_original(loaded, ("blur", self.blur_radius, self.feather, tuple(box)), self._blurred(stim, box))
+        image, stored_size, shown = loaded.image, loaded.stored_size, loaded.first_view()
         self.question = build_question(stim, format=self.question_format, cue=self.cue, generic=self.generic)
         self.state = EpisodeState(original=image, calls_left=0)
         self.extraction = None
         self._steps = []
-        self._episode = new_episode(seed, options, stored_size=stored.size)
-        obs: dict[str, Any] = {"image": np.asarray(image), "text": self.question.text}
+        self._episode = new_episode(seed, options, stored_size=stored_size)
+        obs: dict[str, Any] = {"image": shown, "text": self.question.text}
         if self.expose_region:
             obs["region"] = self._region(stim, image.size, box)
         self._obs = {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in obs.items()}
         info = {"format": self.question_format, "options": list(self.question.option_words)}
         return obs, info
+
+    def _blurred(self, stim: Stimulus, box: list[float]) -> Any:
+        """What the blur intervention draws on the fitted image (``shown_image``'s blur)."""
+        if not stim.meta.get("bbox"):
+            raise ValueError(f"stimulus {stim.id!r} has no meta.bbox: the blur intervention needs one")
+        from countgym.scenes.counterfactual import blur_outside
+
+        return lambda image: blur_outside(image, [box], radius=self.blur_radius, feather=self.feather)
 
     def prompt_text(self, stimulus: Stimulus) -> dict[str, str]:
         """The text of the first observation for ``stimulus``: ``user``, the question with its
@@ -605,8 +618,7 @@ def shown_image(
     so a replayed observation is the observation.
     """
     image = fit_long_side(stored, MAX_LONG_SIDE)
-    scale = (image.size[0] / stored.size[0], image.size[1] / stored.size[1])
-    box = [float(v) * s for v, s in zip(stim.meta.get("bbox") or [0, 0, 0, 0], (*scale, *scale), strict=True)]
+    box = shown_box(stim, stored.size, image.size)
     if blur:
         from countgym.scenes.counterfactual import blur_outside
 
@@ -614,6 +626,12 @@ def shown_image(
             raise ValueError(f"stimulus {stim.id!r} has no meta.bbox: the blur intervention needs one")
         image = blur_outside(image, [box], radius=blur_radius, feather=feather)
     return image, box
+
+
+def shown_box(stim: Stimulus, stored_size: tuple[int, int], shown_size: tuple[int, int]) -> list[float]:
+    """The stimulus's attribute box (``meta.bbox``, stored pixels) in the frame of the image shown."""
+    scale = (shown_size[0] / stored_size[0], shown_size[1] / stored_size[1])
+    return [float(v) * s for v, s in zip(stim.meta.get("bbox") or [0, 0, 0, 0], (*scale, *scale), strict=True)]
 
 
 def outcome(answer: int | None, stimulus: Stimulus) -> str:

@@ -54,9 +54,12 @@ from PIL import Image
 from countgym.envs.common import fit_long_side
 from countgym.envs.render import render_working_image
 
-MAX_ENTRIES = 16
-"""Originals kept for reuse (an encoded one holds only its PNG; a decoded one about 1.7 MB at
-768 x 768, until a backend encodes its view)."""
+MAX_ENTRIES = 1024
+"""Originals kept for reuse, at most (an encoded one holds only its PNG; a battery image its runs
+of equal bytes; a decoded one about 1.7 MB at 768 x 768, until a backend encodes its view)."""
+HELD_BYTES = 32 * 2**20
+"""What the kept originals may hold in all: a paper's cells go through the same few hundred
+battery images one after another, so a cache of a few entries never served the next cell."""
 DECODED_BYTES = 24 * 2**20
 """Decoded views kept for the next draw (about 14 at 768 x 768)."""
 RUNS_MAX_BYTES = 256 * 1024
@@ -124,6 +127,16 @@ class Original:
             if self._png is None:
                 self._png = png
                 self._pixels = None
+
+    def held_bytes(self) -> int:
+        """The memory this original holds: its pixels, its runs, its PNG or its PIL image."""
+        if self._pixels is not None:
+            return int(self._pixels.nbytes)
+        if self._runs is not None:
+            return int(self._runs[0].nbytes + self._runs[1].nbytes)
+        if self._image is not None:
+            return self.size[0] * self.size[1] * len(self._image.getbands())
+        return len(self._png or b"")
 
     def first_view(self) -> np.ndarray:
         """A new read-only copy of the unmarked view, known to ``view_key`` while it lives."""
@@ -388,11 +401,37 @@ def load_original(dataset: Any, stimulus: Any, max_side: int) -> Original:
         raw = dataset.load_image(stimulus)
         entry = Original(fit_long_side(raw, max_side), raw.size, key)
     if key is not None:
-        with _LOCK:
-            _CACHE[key] = entry
-            while len(_CACHE) > MAX_ENTRIES:
-                _CACHE.popitem(last=False)
+        _keep(key, entry)
     return entry
+
+
+def derived_original(base: Original, variant: tuple[Any, ...], make: Any) -> Original:
+    """The image ``make`` draws from ``base``'s fitted image (a PIL copy it may change), kept like
+    an original under ``base``'s key plus ``variant`` (what ``make`` does, with its parameters):
+    CounterCount's blurred images are drawn once per stimulus and setting, not once per episode.
+    Sent as a fresh encoding (it is not its source file), once per process while kept."""
+    key = None if base.key is None else (*base.key, *variant)
+    if key is not None:
+        with _LOCK:
+            hit = _CACHE.get(key)
+            if hit is not None:
+                _CACHE.move_to_end(key)
+                return hit
+    entry = Original(make(base.image.copy()), base.stored_size, key)
+    if base.source_png is not None and base.png() is None:
+        base.keep_encoded(base.source_png)  # its own view may never be sent: hold its file, not its pixels
+    if key is not None:
+        _keep(key, entry)
+    return entry
+
+
+def _keep(key: tuple[Any, ...], entry: Original) -> None:
+    """Cache ``entry`` under ``key``, dropping the oldest beyond ``MAX_ENTRIES`` or ``HELD_BYTES``."""
+    with _LOCK:
+        _CACHE[key] = entry
+        held = sum(e.held_bytes() for e in _CACHE.values())
+        while len(_CACHE) > 1 and (len(_CACHE) > MAX_ENTRIES or held > HELD_BYTES):
+            held -= _CACHE.popitem(last=False)[1].held_bytes()
 
 
 def _fitted_path(key: tuple[Any, ...]) -> Path:

@@ -162,7 +162,10 @@ _PNG_LOCK = threading.Lock()
 # Content-addressed by provenance: the encodings of the environments' shared unmarked views
 # (``countgym.envs.originals.view_key``), so each distinct view is encoded once per process.
 _VIEW_URLS: dict[tuple[Any, ...], str] = {}
-_MAX_VIEW_URLS = 64
+_MAX_VIEW_URLS = 1024
+_VIEW_URL_CHARS = 64 * 2**20
+"""The view encodings kept, at most: entries and characters in all (a paper's CounterCount cells
+show the same 214 images one cell after another; a 768 px photo's PNG is about 1 MB)."""
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # PNG colour types by channel count: grey, RGB, RGBA (8 bits per sample).
 _COLOUR_TYPE = {1: 0, 3: 2, 4: 6}
@@ -254,8 +257,9 @@ def png_data_url(image: np.ndarray) -> str:
         if view is not None:
             with _PNG_LOCK:
                 _VIEW_URLS[view] = url
-                while len(_VIEW_URLS) > _MAX_VIEW_URLS:
-                    _VIEW_URLS.pop(next(iter(_VIEW_URLS)))
+                chars = sum(len(u) for u in _VIEW_URLS.values())
+                while len(_VIEW_URLS) > 1 and (len(_VIEW_URLS) > _MAX_VIEW_URLS or chars > _VIEW_URL_CHARS):
+                    chars -= len(_VIEW_URLS.pop(next(iter(_VIEW_URLS))))
     if view is not None and (original := original_of(image)) is not None and original.png() is None:
         # The shared original now holds this PNG instead of its pixels while episodes wait.
         original.keep_encoded(png if png is not None else base64.b64decode(url.partition(",")[2]))
