@@ -10,6 +10,7 @@ import hashlib
 import io
 import json
 import stat
+import threading
 import warnings
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
@@ -68,6 +69,8 @@ class Stimulus(BaseModel):
 
 MEDIA_PATHS_KEPT = 65536
 """Media paths a ``Dataset`` remembers as checked (a 2,600-video battery names 26,000)."""
+_CONTENT_HASHES: dict[tuple[Any, ...], str] = {}
+_CONTENT_HASHES_LOCK = threading.Lock()
 STIMULUS_CACHE_SIZE = 16384
 """Stimuli a ``Dataset`` keeps parsed (most recently used); the rest stay manifest lines.
 Every built-in dataset (a few thousand stimuli at most) is kept whole, so an audit parses
@@ -221,13 +224,30 @@ class Dataset:
             raise UserError(f"cannot read image {path}: {e}") from None
 
     def content_hash(self, stimulus: Stimulus) -> str:
-        """SHA-256 of the stimulus media bytes (image, or frames concatenated)."""
+        """SHA-256 of the stimulus media bytes (image, or frames concatenated). Kept per process
+        while the files are unchanged (path, size, modification time, inode), across datasets:
+        each cell loads its own, and a video's ten frames are 2 MB to read and hash."""
         if stimulus.id not in self._hashes:
-            h = hashlib.sha256()
-            paths = [stimulus.image] if stimulus.image else list(stimulus.frames or [])
-            for rel in paths:
-                h.update(self.media_path(stimulus, rel).read_bytes())
-            self._hashes[stimulus.id] = h.hexdigest()
+            paths = [self.media_path(stimulus, rel) for rel in
+                     ([stimulus.image] if stimulus.image else list(stimulus.frames or []))]
+            identity: tuple[Any, ...] | None
+            try:
+                identity = tuple((str(p), st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev)
+                                 for p in paths for st in (p.stat(),))
+            except OSError:
+                identity = None  # a missing file: read_bytes below says so
+            digest = _CONTENT_HASHES.get(identity) if identity is not None else None
+            if digest is None:
+                h = hashlib.sha256()
+                for path in paths:
+                    h.update(path.read_bytes())
+                digest = h.hexdigest()
+                if identity is not None:
+                    with _CONTENT_HASHES_LOCK:
+                        if len(_CONTENT_HASHES) >= MEDIA_PATHS_KEPT:
+                            _CONTENT_HASHES.clear()
+                        _CONTENT_HASHES[identity] = digest
+            self._hashes[stimulus.id] = digest
         return self._hashes[stimulus.id]
 
 

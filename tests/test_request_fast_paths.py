@@ -134,3 +134,32 @@ def test_media_path_remembers_only_regular_files(tmp_path) -> None:
         ds.image_path(ds["b"])  # never remembered
     with pytest.raises(UserError, match="escapes"):
         ds.media_path(ds["a"], "../outside.png")
+
+
+def test_put_back_refuses_a_prefix_it_did_not_cut() -> None:
+    from countgym.testing.server import _put_back
+
+    body = {"messages": [{"image_url": {"url": "tok-0"}}, {"image_url": {"url": "tok-x"}}]}
+    assert _put_back(body, "tok-", ["data:a"]) == -1
+    body = {"messages": [{"image_url": {"url": "tok-0"}}]}
+    assert _put_back(body, "tok-", ["data:a"]) == 1 and body["messages"][0]["image_url"]["url"] == "data:a"
+
+
+def test_content_hash_is_kept_across_datasets_while_files_are_unchanged(tmp_path, monkeypatch) -> None:
+    import hashlib
+    from pathlib import Path
+
+    (tmp_path / "images").mkdir()
+    Image.new("RGB", (8, 8), "red").save(tmp_path / "images" / "a.png")
+    write_manifest(tmp_path, [Stimulus(id="a", image="images/a.png", n=1, obj="dots", obj_sing="dot", points=None)])
+    first = Dataset(tmp_path).content_hash(Dataset(tmp_path)["a"])
+    assert first == hashlib.sha256((tmp_path / "images" / "a.png").read_bytes()).hexdigest()
+    reads: list[Path] = []
+    real = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda self: reads.append(self) or real(self))
+    ds = Dataset(tmp_path)
+    assert ds.content_hash(ds["a"]) == first and not reads  # another dataset, the same file: not read again
+    Image.new("RGB", (8, 8), "blue").save(tmp_path / "images" / "a.png")
+    os.utime(tmp_path / "images" / "a.png", ns=(5, 5))
+    ds = Dataset(tmp_path)
+    assert ds.content_hash(ds["a"]) != first and reads  # changed: read and hashed again

@@ -375,7 +375,7 @@ def loads_body(raw: bytes) -> Any:
     pieces: list[bytes] = []
     urls: list[str] = []
     token = b"countgym-spliced-" + os.urandom(8).hex().encode() + b"-"
-    pos = 0
+    pos, view = 0, memoryview(raw)
     for key in _URL_KEYS:
         if key not in raw:
             continue
@@ -385,16 +385,20 @@ def loads_body(raw: bytes) -> Any:
             end = raw.find(b'"', begin)
             if end < 0:
                 break
-            url = raw[begin:end] if end - begin >= _SPLICED_MIN and raw.find(b"\\", begin, end) < 0 else b""
-            if url.isascii() and url:
-                pieces += [raw[pos:begin], token, str(len(urls)).encode()]
-                urls.append(url.decode("ascii"))
-                pos = end
+            if end - begin >= _SPLICED_MIN and raw.find(b"\\", begin, end) < 0:
+                try:
+                    url = str(view[begin:end], "ascii")
+                except UnicodeDecodeError:  # left to the parser, which reads it as UTF-8
+                    url = ""
+                if url:
+                    pieces += [view[pos:begin], token, str(len(urls)).encode()]
+                    urls.append(url)
+                    pos = end
             start = raw.find(key, end)
         break
-    if not urls or token in raw:
+    if not urls:
         return json.loads(raw)
-    pieces.append(raw[pos:])
+    pieces.append(view[pos:])
     try:
         body = json.loads(b"".join(pieces))
     except ValueError:
@@ -406,14 +410,17 @@ def loads_body(raw: bytes) -> Any:
 
 def _put_back(body: Any, prefix: str, urls: list[str]) -> int:
     """Replace each ``"url"`` value ``<prefix><k>`` in the parsed body with ``urls[k]``; the
-    number replaced."""
+    number replaced (-1 for a value with the prefix that names no cut URL)."""
     stack, done = [body], 0
     while stack:
         node = stack.pop()
         if isinstance(node, dict):
             url = node.get("url")
             if isinstance(url, str) and url.startswith(prefix):
-                node["url"] = urls[int(url[len(prefix):])]
+                k = url[len(prefix):]
+                if not (k.isdigit() and int(k) < len(urls)):
+                    return -1  # the token was in the body already: parse it as it came
+                node["url"] = urls[int(k)]
                 done += 1
             stack.extend(v for v in node.values() if isinstance(v, dict | list))
         elif isinstance(node, list):
