@@ -13,7 +13,6 @@ Run: ``python benchmarks/bench_video.py [--videos K] [--episode]``
 from __future__ import annotations
 
 import argparse
-import base64
 import io
 import json
 import tempfile
@@ -156,13 +155,12 @@ def bench_video_build(videos: int = 16, size: tuple[int, int] = (1920, 1080), re
 
 
 def _floor_body(paths: list[Path], question: str, media_type: str) -> bytes:
-    """The floor of one request: read each stored file, base64 it, assemble the request body."""
+    """The floor of one request: read each stored file, base64 it (``data_url``: the fastest
+    base64 we have, so the floor is not flattered), assemble the request body."""
     from countgym.agents.backends.openai_direct import request_body
+    from countgym.dataurl import data_url
 
-    parts: list[dict] = [
-        {"type": "image_url", "image_url": {"url": f"data:{media_type};base64," + base64.b64encode(p.read_bytes()).decode("ascii")}}
-        for p in paths
-    ]
+    parts: list[dict] = [{"type": "image_url", "image_url": {"url": data_url(media_type, p.read_bytes())}} for p in paths]
     parts.append({"type": "text", "text": question})
     return request_body("openai/m", [{"role": "user", "content": parts}], {"max_tokens": 1024})
 

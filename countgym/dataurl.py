@@ -6,12 +6,16 @@ anywhere else (a plug-in, a dataset) is checked character by character first, wh
 request's ten full-HD frames is two passes over 2.8 MB. A ``Base64DataURL`` is made only by
 ``data_url`` from bytes, with a media type of the form ``image/<subtype>``, so it is known to be
 an ASCII head and a base64 payload without that check.
+
+The base64 is pybase64's (SIMD; the same bytes as the standard library's): a video request's
+2.1 MB of frames take about 0.2 ms instead of 6 ms, which was most of a video episode's floor.
 """
 
 from __future__ import annotations
 
-import base64
 import re
+
+from pybase64 import b64encode
 
 _MEDIA_TYPE = re.compile(r"image/[a-z0-9.+\-]{1,32}")
 
@@ -26,4 +30,4 @@ def data_url(media_type: str, data: bytes) -> Base64DataURL:
     """``data`` as a base64 data URL of ``media_type`` (``image/png``, ``image/jpeg``, ...)."""
     if not _MEDIA_TYPE.fullmatch(media_type):
         raise ValueError(f"not an image media type: {media_type!r}")
-    return Base64DataURL(b"data:" + media_type.encode("ascii") + b";base64," + base64.b64encode(data), "ascii")
+    return Base64DataURL(b"data:" + media_type.encode("ascii") + b";base64," + b64encode(data), "ascii")
