@@ -242,6 +242,25 @@ def test_simulated_runs_are_not_called_blind(tmp_path: Path, tiny_countercount: 
     assert "countgym testserver" not in err and "mean nothing" not in err
 
 
+def test_countercount_interventions_draw_anew(tmp_path: Path, tiny_countercount: Path) -> None:
+    """An intervention changes what the request shows, so its CF answers are drawn anew (paired
+    deltas under no injected effect are noise, not exactly zero); the same request draws the same."""
+    import json as _json
+
+    prof = write_profile(tmp_path / "p.toml", "[default]\ncanonical = 0.5\nhedge = 0.0\n")
+
+    def answers(arm: str, out: str) -> dict[str, object]:
+        assert run_cli("run", "--data", str(tiny_countercount), "--agent", arm, "--model", "REPLACE:vlm",
+                       "--simulate", str(prof), "--out", str(tmp_path / out), "--repeats", "20",
+                       "--no-progress") == 0
+        recs = [_json.loads(line) for f in sorted((tmp_path / out).glob("*.jsonl")) for line in f.read_text().splitlines()]
+        return {r["episode_id"].split("/", 1)[1]: r["steps"][0]["reply"] for r in recs}
+
+    plain, again, blurred = answers("cf-mcq", "a"), answers("cf-mcq", "b"), answers("cf-mcq+blur", "c")
+    assert plain == again
+    assert plain.keys() == blurred.keys() and plain != blurred
+
+
 # --- R80: finite when count_sigma > 0 -----------------------------------------------------------
 def test_finite_r80_with_count_noise(tmp_path: Path) -> None:
     counts = list(range(1, 13))

@@ -132,6 +132,31 @@ def simulated_points(
     return [(min(1000.0, max(0.0, x)), min(1000.0, max(0.0, y))) for x, y in out]
 
 
+def shown_digest(messages: Sequence[dict[str, Any]], body: dict[str, Any]) -> str:
+    """A digest of what a request shows the model: every message's text, each image (its length
+    and last 64 base64 characters, which differ between two encodings of different pixels) and
+    the decoding parameters (a reasoning switch). CounterCount replies are drawn under it, so an
+    intervention (blur, a cue, generic names, thinking) draws anew: with no injected effect its
+    paired deltas are the design's noise, not exactly zero. The same request draws the same."""
+    h = hashlib.sha256()
+    for m in messages:
+        content = m.get("content")
+        parts = content if isinstance(content, list) else [{"type": "text", "text": str(content or "")}]
+        h.update(str(m.get("role")).encode())
+        for p in parts:
+            if not isinstance(p, dict):
+                continue
+            if p.get("type") == "image_url":
+                iu = p.get("image_url")
+                url = str(iu.get("url", "") if isinstance(iu, dict) else iu)
+                h.update(f"\x00image:{len(url)}:{url[-64:]}".encode())
+            else:
+                h.update(f"\x00text:{p.get('text', '')}".encode("utf-8", "replace"))
+    params = {k: v for k, v in body.items() if k not in ("messages", "model", "stream", "stream_options")}
+    h.update(json.dumps(params, sort_keys=True, default=str).encode())
+    return h.hexdigest()[:16]
+
+
 def _rng(seed: int, *parts: Any) -> random.Random:
     h = hashlib.sha256("|".join(str(p) for p in (seed, *parts)).encode()).digest()
     return random.Random(int.from_bytes(h[:8], "little"))
@@ -239,7 +264,10 @@ class SimulatedServer(_TestServer):
         truth, ds = self.truth(token, sid)
         model = str(body.get("model", ""))
         profile = self.profiles.for_model(model)
-        return simulated_reply(messages, kind, truth, ds, profile, seed=self.seed, key=(model, sid, repeat))
+        key: tuple[Any, ...] = (model, sid, repeat)
+        if kind in ("cf-mcq", "cf-oe"):
+            key = (*key, shown_digest(messages, body))
+        return simulated_reply(messages, kind, truth, ds, profile, seed=self.seed, key=key)
 
     def blind_notice(self, messages: Sequence[dict[str, Any]]) -> str | None:
         """None: the simulated model answers CounterCount and video prompts from their truth, so
