@@ -68,7 +68,8 @@ class Stimulus(BaseModel):
 
 
 MEDIA_PATHS_KEPT = 65536
-"""Media paths a ``Dataset`` remembers as checked (a 2,600-video battery names 26,000)."""
+"""Media paths remembered as checked (a 2,600-video battery names 26,000), and content hashes."""
+_MEDIA_PATHS: dict[tuple[Path, str], Path] = {}
 _CONTENT_HASHES: dict[tuple[Any, ...], str] = {}
 _CONTENT_HASHES_LOCK = threading.Lock()
 STIMULUS_CACHE_SIZE = 16384
@@ -179,13 +180,15 @@ class Dataset:
         """Absolute path of a file a stimulus names (image, frame, mask), checked to stay inside
         the folder and, when it exists, to be a regular file (a FIFO named ``x.png`` would block
         the reader forever; a device or folder is no image either). A path found to be a regular
-        file is remembered (``MEDIA_PATHS_KEPT``): a video episode asks for ten, and resolving
-        each costs a ``stat`` per folder of the path."""
-        known = self._media_paths.get(rel) if hasattr(self, "_media_paths") else None
+        file is remembered for the process, by dataset folder (``MEDIA_PATHS_KEPT``): a video
+        episode asks for ten, each cell loads its dataset afresh, and resolving a path costs a
+        ``stat`` per folder of it."""
+        root = self._resolved_root()
+        known = _MEDIA_PATHS.get((root, rel))
         if known is not None:
             return known
         path = (self.root / rel).resolve()
-        if self._resolved_root() not in path.parents:
+        if root not in path.parents:
             raise UserError(f"stimulus {stimulus.id!r}: {what} path {rel!r} escapes the dataset folder")
         try:
             regular = stat.S_ISREG(path.stat().st_mode)
@@ -193,10 +196,10 @@ class Dataset:
             return path
         if not regular:
             raise UserError(f"stimulus {stimulus.id!r}: {what} path {rel!r} is not a regular file")
-        kept = self.__dict__.setdefault("_media_paths", {})
-        if len(kept) >= MEDIA_PATHS_KEPT:
-            kept.clear()
-        kept[rel] = path
+        with _CONTENT_HASHES_LOCK:
+            if len(_MEDIA_PATHS) >= MEDIA_PATHS_KEPT:
+                _MEDIA_PATHS.clear()
+            _MEDIA_PATHS[(root, rel)] = path
         return path
 
     def load_image(self, stimulus: Stimulus) -> Image.Image:
