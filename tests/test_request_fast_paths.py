@@ -163,3 +163,19 @@ def test_content_hash_is_kept_across_datasets_while_files_are_unchanged(tmp_path
     os.utime(tmp_path / "images" / "a.png", ns=(5, 5))
     ds = Dataset(tmp_path)
     assert ds.content_hash(ds["a"]) != first and reads  # changed: read and hashed again
+
+
+def test_a_whole_dataset_pool_is_validated_once(tmp_path, monkeypatch) -> None:
+    from countgym.envs.common import stimulus_pool
+
+    (tmp_path / "images").mkdir()
+    stims = [Stimulus(id=f"s{i}", image="images/a.png", n=1, obj="dots", obj_sing="dot", points=None) for i in range(5)]
+    write_manifest(tmp_path, stims)
+    ds = Dataset(tmp_path)
+    seen: list[str] = []
+    real = Dataset.__getitem__
+    monkeypatch.setattr(Dataset, "__getitem__", lambda self, sid: seen.append(sid) or real(self, sid))
+    assert stimulus_pool(ds, None) == [s.id for s in stims] and len(seen) == 5
+    assert stimulus_pool(ds, None) == [s.id for s in stims] and len(seen) == 5  # not again
+    with pytest.raises(UserError):
+        stimulus_pool(ds, ["s1", "nope"])  # a chosen subset is always checked
