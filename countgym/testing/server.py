@@ -372,7 +372,7 @@ def loads_body(raw: bytes) -> Any:
     time; finding where a URL ends is one ``bytes.find``). The result equals ``json.loads(raw)``:
     only a ``"url"`` value that starts with ``data:``, holds no backslash (no escape to decode)
     and ends at the next quote is cut, and a body that still fails to parse is parsed whole."""
-    pieces: list[bytes] = []
+    pieces: list[bytes | memoryview] = []
     urls: list[str] = []
     token = b"countgym-spliced-" + os.urandom(8).hex().encode() + b"-"
     pos, view = 0, memoryview(raw)
