@@ -26,6 +26,7 @@ _EXPORTS: dict[str, str] = {
     "paired_deltas": "cf",
     "judge_ambiguous": "cf",
     "write_cf_report": "cf",
+    "cf_tables": "cf",
     # model-assisted extraction (CountVideoBench parser, CounterCount judge)
     "resolve_answers": "extraction",
     "Resolution": "extraction",

@@ -264,28 +264,29 @@ def cf_scores(
     """Factual accuracy and CF accuracy / bias / other-error / no-answer rates per group, each
     with a percentile bootstrap CI (``*_low``, ``*_high``) resampling items within the group."""
     _check_frame(frame, by)
+    cols = _ScoreColumns(frame)
     rows = []
-    groups = frame.groupby(list(by), dropna=False, sort=True) if by else [((), frame)]
-    for keys, g in groups:
-        keys = keys if isinstance(keys, tuple) else (keys,)
+    for keys, positions in _group_positions(frame, by):
         row: dict[str, Any] = dict(zip(by, keys, strict=True))
-        g, row["errors"] = _without_errors(g)
-        fact, cf = g[g["kind"] == "factual"], g[g["kind"] == "cf"]
+        kept = positions[~cols.errored[positions]]
+        row["errors"] = len(positions) - len(kept)
+        fact = kept[cols.factual[kept]]
+        cf = kept[cols.cf[kept]]
         row["n_factual"], row["n_cf"] = len(fact), len(cf)
         stats = {
-            "factual_accuracy": (fact["correct"],),
-            "cf_accuracy": (cf["correct"],),
-            "bias_rate": (cf["biased"],),
-            "other_error_rate": (cf["other_error"],),
-            "no_answer_rate": (~cf["answered"],),
+            "factual_accuracy": cols.correct[fact],
+            "cf_accuracy": cols.correct[cf],
+            "bias_rate": cols.biased[cf],
+            "other_error_rate": cols.other_error[cf],
+            "no_answer_rate": cols.unanswered[cf],
         }
         notes: dict[str, str | None] = {}
-        for name, (col,) in stats.items():
+        for name, x in stats.items():
             unit = "factual items" if name == "factual_accuracy" else "CF items"
-            est, lo, hi, why = _rate_ci(col.to_numpy(dtype=float), n_resamples, confidence, _seed(seed, name, keys), unit)
+            est, lo, hi, why = _rate_ci(x, n_resamples, confidence, _seed(seed, name, keys), unit)
             row[name], row[f"{name}_low"], row[f"{name}_high"] = est, lo, hi
             notes[name] = why
-        row.update(judge_counts(g))
+        row.update(cols.judge_counts(kept))
         row[CI_NOTE] = join_notes(notes)
         rows.append(row)
     out = pd.DataFrame(rows)
@@ -293,6 +294,41 @@ def cf_scores(
         # Numbers in order: blur(r=8,...) before blur(r=16,...) (the groups are in text order).
         out = out.sort_values(list(by), key=_natural_key, kind="stable", ignore_index=True)
     return out
+
+
+class _ScoreColumns:
+    """The frame's outcome columns as numpy arrays, read once: a group is then a set of row
+    positions, not a copy of every column (a paper's audit scores thousands of groups)."""
+
+    def __init__(self, frame: pd.DataFrame) -> None:
+        n = len(frame)
+        self.errored = (frame["end"] == "error").to_numpy(dtype=bool) if "end" in frame.columns else np.zeros(n, bool)
+        self.factual = (frame["kind"] == "factual").to_numpy(dtype=bool)
+        self.cf = (frame["kind"] == "cf").to_numpy(dtype=bool)
+        self.correct = frame["correct"].to_numpy(dtype=float)
+        self.biased = frame["biased"].to_numpy(dtype=float)
+        self.other_error = frame["other_error"].to_numpy(dtype=float)
+        self.unanswered = (~frame["answered"]).to_numpy(dtype=float)
+        self.needed = needs_judge(frame)
+        self.judged = (frame["method"] == "judge").to_numpy(dtype=bool) if "method" in frame.columns else np.zeros(n, bool)
+        self.answered = frame["answered"].to_numpy(dtype=bool)
+
+    def judge_counts(self, rows: np.ndarray) -> dict[str, int]:
+        """``judge_counts`` of the frame's rows at ``rows``."""
+        needed = self.needed[rows]
+        return {"n_judge_needed": int(needed.sum()), "n_judged": int((needed & self.judged[rows]).sum()),
+                "n_unjudged": int((needed & ~self.answered[rows]).sum())}
+
+
+def _group_positions(frame: pd.DataFrame, by: Sequence[str]) -> Iterable[tuple[tuple[Any, ...], np.ndarray]]:
+    """(keys, row positions) of each group, in the order and with the keys of
+    ``frame.groupby(list(by), dropna=False, sort=True)``; one group of every row without ``by``."""
+    if not by:
+        yield (), np.arange(len(frame))
+        return
+    positions = pd.Series(np.arange(len(frame)), index=frame.index)
+    for keys, part in positions.groupby([frame[c] for c in by], dropna=False, sort=True):
+        yield (keys if isinstance(keys, tuple) else (keys,)), part.to_numpy()
 
 
 def _natural_key(col: pd.Series) -> pd.Series:
@@ -566,13 +602,30 @@ def _most_common(values: pd.Series, prefer: float) -> float:
     return float(prefer) if prefer in set(top) else float(sorted(top)[0])
 
 
+def cf_tables(frame: pd.DataFrame, *, seed: int = 0) -> dict[str, pd.DataFrame]:
+    """The CounterCount score tables by file name (``cf_scores.csv``, ``cf_by_category.csv``,
+    ``cf_by_count.csv``, ``cf_by_edit.csv``, ``cf_deltas.csv`` and ``cf_blur_sweep.csv``, always
+    present, empty without a blur sweep). The audit writes them and shows them in its report:
+    computed once, they are the same numbers in both."""
+    return {
+        "cf_scores.csv": cf_scores(frame, seed=seed),
+        "cf_by_category.csv": scores_by(frame, "category", seed=seed),
+        "cf_by_count.csv": scores_by(frame, "cf_bin", seed=seed),
+        "cf_by_edit.csv": scores_by(frame, "edit", seed=seed),
+        "cf_deltas.csv": paired_deltas(frame, seed=seed),
+        "cf_blur_sweep.csv": blur_sweep_scores(frame, seed=seed),
+    }
+
+
 def write_cf_report(
-    frame: pd.DataFrame, out: str | Path, *, seed: int = 0, pooled_figures: bool = True
+    frame: pd.DataFrame, out: str | Path, *, seed: int = 0, pooled_figures: bool = True,
+    tables: dict[str, pd.DataFrame] | None = None,
 ) -> list[Path]:
     """Write the CounterCount tables (CSV) and figures (PNG) into ``out``; return the paths.
 
     ``pooled_figures=False`` leaves out the pooled category, intervention and count figures (the
-    audit draws per-model pages of them instead); the blur sweep figure is drawn either way."""
+    audit draws per-model pages of them instead); the blur sweep figure is drawn either way.
+    ``tables``: ``cf_tables(frame, seed=seed)`` when the caller has it already."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     from countgym.analysis.csvout import write_csv
@@ -580,17 +633,9 @@ def write_cf_report(
     out = Path(out)
     (out / "figures").mkdir(parents=True, exist_ok=True)
     written = []
-    tables = {
-        "cf_episodes.csv": frame.drop(columns=["reply"]),
-        "cf_scores.csv": cf_scores(frame, seed=seed),
-        "cf_by_category.csv": scores_by(frame, "category", seed=seed),
-        "cf_by_count.csv": scores_by(frame, "cf_bin", seed=seed),
-        "cf_by_edit.csv": scores_by(frame, "edit", seed=seed),
-        "cf_deltas.csv": paired_deltas(frame, seed=seed),
-    }
-    sweep = blur_sweep_scores(frame, seed=seed)
-    if len(sweep):
-        tables["cf_blur_sweep.csv"] = sweep
+    scores = cf_tables(frame, seed=seed) if tables is None else tables
+    tables = {"cf_episodes.csv": frame.drop(columns=["reply"]),
+              **{k: v for k, v in scores.items() if k != "cf_blur_sweep.csv" or len(v)}}
     for name, df in tables.items():
         write_csv(df, out / name)
         written.append(out / name)

@@ -49,10 +49,13 @@ def model_mean(scores: pd.DataFrame, column: str, *, n_resamples: int = 2000, se
     return float(v.mean()), float(lo), float(hi)
 
 
-def cross_model_table(frame: pd.DataFrame, *, seed: int = 0, n_resamples: int = 1000) -> pd.DataFrame:
+def cross_model_table(frame: pd.DataFrame, *, seed: int = 0, n_resamples: int = 1000,
+                      scores: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per format and intervention: the mean over models of factual accuracy, CF accuracy and
-    bias rate with 95 % CIs over models, and the number of models averaged."""
-    scores = cf_scores(frame, by=list(ROW_KEYS), seed=seed, n_resamples=n_resamples)
+    bias rate with 95 % CIs over models, and the number of models averaged. ``scores``: the
+    frame's ``cf_scores`` by model, format and intervention at ``n_resamples``, if already made."""
+    if scores is None:
+        scores = cf_scores(frame, by=list(ROW_KEYS), seed=seed, n_resamples=n_resamples)
     rows = []
     for keys, g in scores.groupby(list(FACET), sort=True):
         row: dict[str, Any] = dict(zip(FACET, keys, strict=True))
@@ -83,7 +86,7 @@ def cross_model_pages(frame: pd.DataFrame, *, seed: int = 0, n_resamples: int = 
     if frame.empty:
         return []
     scores = cf_scores(frame, by=list(ROW_KEYS), seed=seed, n_resamples=n_resamples)
-    means = cross_model_table(frame, seed=seed, n_resamples=n_resamples)
+    means = cross_model_table(frame, seed=seed, n_resamples=n_resamples, scores=scores)
     out = []
     for keys, g in scores.groupby(list(FACET), sort=True):
         fmt, intervention = keys

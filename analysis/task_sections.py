@@ -259,7 +259,8 @@ def write_task_sections(
         if judge is not None:
             frame = cf.judge_ambiguous(frame, judge, cache_dir=out / "countercount" / "judge-cache")
         # the pooled figures would be replaced by countercount_figures' pages: not drawn
-        written = cf.write_cf_report(frame, out / "countercount", seed=seed, pooled_figures=False)
+        tables = cf.cf_tables(frame, seed=seed)
+        written = cf.write_cf_report(frame, out / "countercount", seed=seed, pooled_figures=False, tables=tables)
         drawn = countercount_figures(frame, out / "countercount", seed=seed)
         tables_written = [p for p in written if p.suffix != ".png"]
         others = [p for p in written if p.suffix == ".png" and p.exists() and p not in drawn]
@@ -276,13 +277,13 @@ def write_task_sections(
                 "and figure row is one model, format and intervention; the only average is the "
                 "cross-model mean, marked as such.",
                 {
-                    "scores": cf.cf_scores(frame, seed=seed),
-                    "by category": cf.scores_by(frame, "category", seed=seed),
-                    "by CF count": cf.scores_by(frame, "cf_bin", seed=seed),
-                    "by edit (removal vs addition, Figure 6b)": cf.scores_by(frame, "edit", seed=seed),
+                    "scores": tables["cf_scores.csv"],
+                    "by category": tables["cf_by_category.csv"],
+                    "by CF count": tables["cf_by_count.csv"],
+                    "by edit (removal vs addition, Figure 6b)": tables["cf_by_edit.csv"],
                     "cross-model mean (Figure 4a)": _cross_model(frame, seed),
-                    "interventions (paired deltas)": cf.paired_deltas(frame, seed=seed),
-                    "blur sweep (Figure 20)": cf.blur_sweep_scores(frame, seed=seed),
+                    "interventions (paired deltas)": tables["cf_deltas.csv"],
+                    "blur sweep (Figure 20)": tables["cf_blur_sweep.csv"],
                 },
                 [p for p in written if p.suffix == ".png"],
                 out,

@@ -198,3 +198,63 @@ def test_cf_policy_sends_image_and_question(cf4: Dataset) -> None:
     assert [p["type"] for p in parts] == ["image", "text"]  # no region for a plain backend
     assert parts[1]["text"] == obs["text"] and reward == 1.0
     assert [r.text for r in policy.act_batch([obs, obs])] == ["three", "three"]
+
+
+def _scores_by_copying_groups(frame: pd.DataFrame, by: list[str], seed: int) -> pd.DataFrame:
+    """``cf_scores`` as a plain pandas loop over group copies: the reference the array version
+    must equal (keys, group order, errors, judge counts, seeds, intervals)."""
+    from countgym.analysis.bootstrap import CI_NOTE, join_notes
+    from countgym.analysis.cf import _natural_key, _rate_ci, _seed, judge_counts
+
+    rows = []
+    for keys, g in frame.groupby(by, dropna=False, sort=True):
+        keys = keys if isinstance(keys, tuple) else (keys,)
+        row: dict[str, object] = dict(zip(by, keys, strict=True))
+        errored = (g["end"] == "error").to_numpy(dtype=bool)
+        g = g[~errored]
+        row["errors"] = int(errored.sum())
+        fact, cf = g[g["kind"] == "factual"], g[g["kind"] == "cf"]
+        row["n_factual"], row["n_cf"] = len(fact), len(cf)
+        notes = {}
+        for name, col in (("factual_accuracy", fact["correct"]), ("cf_accuracy", cf["correct"]),
+                          ("bias_rate", cf["biased"]), ("other_error_rate", cf["other_error"]),
+                          ("no_answer_rate", ~cf["answered"])):
+            unit = "factual items" if name == "factual_accuracy" else "CF items"
+            est, lo, hi, why = _rate_ci(col.to_numpy(dtype=float), 300, 0.95, _seed(seed, name, keys), unit)
+            row[name], row[f"{name}_low"], row[f"{name}_high"] = est, lo, hi
+            notes[name] = why
+        row.update(judge_counts(g))
+        row[CI_NOTE] = join_notes(notes)
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    if "intervention" in by:
+        out = out.sort_values(by, key=_natural_key, kind="stable", ignore_index=True)
+    return out
+
+
+@pytest.mark.parametrize("by", [["model", "format", "intervention", "category"], ["intervention"], ["category"]])
+def test_cf_scores_equal_a_loop_over_group_copies(by: list[str]) -> None:
+    """Groups are row positions over arrays read once; they must give exactly the numbers of
+    copying each group out of the frame: NaN keys kept as a group, failed calls left out and
+    counted, ambiguous replies counted for the judge, per-group seeds."""
+    rng = np.random.default_rng(3)
+    n = 400
+    kinds = rng.choice(["factual", "cf"], n)
+    answered = rng.random(n) < 0.9
+    correct = answered & (rng.random(n) < 0.5)
+    biased = answered & ~correct & (kinds == "cf") & (rng.random(n) < 0.6)
+    frame = pd.DataFrame({
+        "model": rng.choice(["b", "a"], n),
+        "format": rng.choice(["mcq", "oe"], n),
+        "intervention": rng.choice(["baseline", "blur(r=16,f=4)", "blur(r=8,f=4)", "cue"], n),
+        "category": pd.array(rng.choice(["legs", "ears", None], n), dtype="string"),
+        "kind": kinds,
+        "end": rng.choice(["answer", "answer", "answer", "error"], n),
+        "method": rng.choice(["rules", "judge", None], n),
+        "parse_error": rng.choice(["ambiguous: 3 or 4", None, "no number"], n),
+        "answered": answered, "correct": correct, "biased": biased, "other_error": ~correct & ~biased,
+    }, index=rng.permutation(n) + 1000)  # not a range index: positions, not labels
+    got = cf_scores(frame, by=by, n_resamples=300, seed=5)
+    want = _scores_by_copying_groups(frame, by, seed=5)
+    assert got["category" if "category" in by else "intervention"].isna().any() == ("category" in by)
+    pd.testing.assert_frame_equal(got, want, check_exact=True)
