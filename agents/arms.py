@@ -30,8 +30,9 @@ from __future__ import annotations
 import json
 import math
 import re
+import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -41,6 +42,7 @@ from PIL import Image
 
 from countgym.agents.backends.base import (
     ChatModel,
+    EncodedImage,
     Message,
     encoded_image,
     image_part,
@@ -56,6 +58,7 @@ from countgym.envs import native_tools as NT
 from countgym.envs import templates as T
 from countgym.envs.actions import Answer, Reply, Tag
 from countgym.envs.numbers import read_count
+from countgym.envs.originals import view_key
 from countgym.errors import UserError
 
 PolicyKind = Literal["chat", "list", "tiles"]
@@ -470,6 +473,43 @@ def upscale(image: np.ndarray) -> np.ndarray:
     return np.asarray(Image.fromarray(image).resize(size, Image.Resampling.BICUBIC))
 
 
+TILE_URL_CHARS = 64 * 2**20
+"""Data URLs of upscaled tiles kept per process, in characters: every model's ``tiles`` episode
+on a stimulus sends the same four tiles, and a bicubic upscale of a 422 px tile to 768 px costs
+about 10 ms, encoding it a few more."""
+_TILE_URLS: OrderedDict[tuple[Any, ...], EncodedImage] = OrderedDict()
+_TILE_CHARS = 0
+_TILE_LOCK = threading.Lock()
+
+
+def tile_image(image: np.ndarray, box: tuple[int, int, int, int], *, encoded: bool = False) -> Any:
+    """The tile of ``image`` in ``box`` (x0, y0, x1, y1), upscaled (``upscale``). ``encoded`` (a
+    backend that sends PNG data URLs): its lossless PNG (``EncodedImage``), the same bytes the
+    backend would make from the array, kept per process (``TILE_URL_CHARS``) when ``image`` is a
+    stimulus's unmarked view (``view_key``): equal keys are equal pixels."""
+    global _TILE_CHARS
+    x0, y0, x1, y1 = box
+    if not encoded:
+        return upscale(image[y0:y1, x0:x1])
+    view = view_key(image)
+    key = None if view is None else (view, tuple(image.shape), (x0, y0, x1, y1))
+    if key is not None:
+        with _TILE_LOCK:
+            hit = _TILE_URLS.get(key)
+            if hit is not None:
+                _TILE_URLS.move_to_end(key)
+                return hit
+    tile = encoded_image(upscale(image[y0:y1, x0:x1]))
+    if key is not None:
+        with _TILE_LOCK:
+            if key not in _TILE_URLS:
+                _TILE_URLS[key] = tile
+                _TILE_CHARS += len(tile.url)
+            while len(_TILE_URLS) > 1 and _TILE_CHARS > TILE_URL_CHARS:
+                _TILE_CHARS -= len(_TILE_URLS.popitem(last=False)[1].url)
+    return tile
+
+
 def tile_points_to_image(
     points: Sequence[tuple[float, float]], box: tuple[int, int, int, int]
 ) -> list[tuple[float, float]]:
@@ -551,9 +591,10 @@ class TilesPolicy:
         h, w = image.shape[:2]
         boxes = tile_boxes(w, h, self.overlap)
         prompt = T.TILE.format(obj=self.task.obj, obj_sing=self.task.obj_sing)
+        encoded = bool(getattr(self.model, "sends_data_urls", False))
         requests = [
-            [message("user", image_part(upscale(image[y0:y1, x0:x1])), text_part(prompt))]
-            for x0, y0, x1, y1 in boxes
+            [message("user", image_part(tile_image(image, box, encoded=encoded)), text_part(prompt))]
+            for box in boxes
         ]
         start = time.perf_counter()
         replies = self.model.complete_batch(requests)

@@ -8,6 +8,7 @@ Pillow's bundled scalable font is used so text renders identically on every mach
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from functools import lru_cache
 
@@ -55,6 +56,12 @@ def _digit_metrics(size: float) -> tuple[float, float, float]:
     return float(top), float(bottom - top), max(2.0, round(0.15 * size))
 
 
+_LAST_BOXES = threading.local()
+"""The last ``label_boxes`` call of this thread: (size, tags, boxes). A tag-loop episode runs on
+one thread and re-renders after every action with its earlier tags first, and a tag's box
+depends only on the tags before it, so only the new tags are placed."""
+
+
 def label_boxes(tags: Sequence[Point], size: tuple[int, int]) -> np.ndarray:
     """Greedy box placement: for each tag in order, the offset (right, left, above, below) whose
     box overlaps the previously placed boxes least; ties broken by less area off the image,
@@ -65,8 +72,15 @@ def label_boxes(tags: Sequence[Point], size: tuple[int, int]) -> np.ndarray:
     f = _font(fs)
     _, th, pad = _digit_metrics(fs)
     gap = 2.0
-    boxes = np.zeros((len(tags), 4))
-    for i, (x, y) in enumerate(tags):
+    placed = tuple((float(x), float(y)) for x, y in tags)
+    boxes = np.zeros((len(placed), 4))
+    start = 0
+    last = getattr(_LAST_BOXES, "value", None)
+    if last is not None and last[0] == tuple(size) and len(last[1]) <= len(placed) and placed[: len(last[1])] == last[1]:
+        start = len(last[1])
+        boxes[:start] = last[2]
+    for i in range(start, len(placed)):
+        x, y = placed[i]
         tw = f.getlength(str(i + 1))
         bw, bh = tw + 2 * pad, th + 2 * pad
         cands = np.array(
@@ -90,6 +104,7 @@ def label_boxes(tags: Sequence[Point], size: tuple[int, int]) -> np.ndarray:
         off = bw * bh - inside_w * inside_h
         best = int(np.lexsort((np.arange(4), np.round(off, 6), np.round(overlap, 6)))[0])
         boxes[i] = cb[best]
+    _LAST_BOXES.value = (tuple(size), placed, boxes.copy())
     return boxes
 
 

@@ -426,3 +426,41 @@ def test_act_many_batches_chat_policies_sharing_a_model() -> None:
 
 def test_module_constants_documented() -> None:
     assert arms.TILE_OVERLAP == 0.10 and arms.DEDUP_RADIUS == 0.025
+
+
+def test_tiles_of_a_stimulus_view_are_upscaled_and_encoded_once(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every model's tiles episode on a stimulus sends the same four tiles: for a data-URL
+    backend they are made once per process, the very bytes an encoding of the upscaled array
+    gives; an array that is no stimulus view, or a backend that takes pixels, is upscaled anew."""
+    from countgym.agents.backends.base import EncodedImage, png_data_url
+    from countgym.envs.originals import load_original
+    from countgym.stimulus import Dataset, Stimulus, write_manifest
+
+    (tmp_path / "images").mkdir()
+    Image.fromarray(disc_image()).save(tmp_path / "images" / "a.png")
+    write_manifest(tmp_path, [Stimulus(id="a", image="images/a.png", n=4, obj="dots", obj_sing="dot", points=None)])
+    ds = Dataset(tmp_path)
+    calls: list[tuple[int, ...]] = []
+    real = arms.upscale
+    monkeypatch.setattr(arms, "upscale", lambda image: calls.append(image.shape) or real(image))
+
+    class DataURLs(Scripted):
+        sends_data_urls = True
+
+    def tiles(image: np.ndarray, model: Scripted) -> list[object]:
+        policy = TilesPolicy(model)
+        obs = {"image": image, "text": T.FIRST_USER.format(obj="dots"), "system": ""}
+        policy.reset(obs, task())
+        policy.act(obs)
+        return [r[0]["content"][0]["image"] for r in model.requests]
+
+    first = tiles(load_original(ds, ds["a"], 768).first_view(), DataURLs(["ANSWER: 0"] * 4))
+    again = tiles(load_original(ds, ds["a"], 768).first_view(), DataURLs(["ANSWER: 0"] * 4))
+    assert len(calls) == 4 and all(isinstance(t, EncodedImage) for t in first)
+    assert [t.url for t in again] == [t.url for t in first]
+    boxes = arms.tile_boxes(768, 768, arms.TILE_OVERLAP)
+    view = np.asarray(disc_image())
+    assert [t.url for t in first] == [png_data_url(real(view[y0:y1, x0:x1])) for x0, y0, x1, y1 in boxes]
+    tiles(np.array(view), DataURLs(["ANSWER: 0"] * 4))  # no stimulus view: no key to keep it under
+    plain = tiles(load_original(ds, ds["a"], 768).first_view(), Scripted(["ANSWER: 0"] * 4))
+    assert len(calls) == 12 and all(isinstance(t, np.ndarray) for t in plain)

@@ -339,3 +339,32 @@ def test_vector_env_batches_info_of_sub_envs_in_different_states(tiny_dataset) -
     assert info["_end"].tolist() == [True, True, False] and list(info["end"][:2]) == ["answer", "invalid"]
     assert info["episode_record"][1].end == "invalid" and info["episode_record"][1].answer is None
     venv.close()
+
+
+def test_label_boxes_placed_after_earlier_tags_equal_a_fresh_placement() -> None:
+    """A re-render places only the tags after those of the thread's last call (a box depends on
+    the tags before it): the boxes must equal a placement from scratch, whatever came before
+    (a longer list, a shorter one, another image size, a list that is no extension)."""
+    import threading
+
+    from countgym.envs import render
+
+    rng = np.random.default_rng(11)
+    tags = [(float(x), float(y)) for x, y in rng.uniform(0, 768, size=(60, 2))]
+
+    def fresh(points: list[tuple[float, float]], size: tuple[int, int]) -> np.ndarray:
+        out: list[np.ndarray] = []
+        t = threading.Thread(target=lambda: out.append(render.label_boxes(points, size)))
+        t.start()
+        t.join()
+        return out[0]
+
+    calls = [(tags[:10], (768, 768)), (tags[:25], (768, 768)), (tags[:25], (768, 768)), (tags, (768, 768)),
+             (tags[:5], (768, 768)), (tags[:30], (640, 768)), (tags[1:30], (640, 768)), ([], (640, 768)),
+             (tags[:40], (640, 768))]
+    for points, size in calls:
+        got = render.label_boxes(points, size)
+        assert np.array_equal(got, fresh(points, size)), (len(points), size)
+        got[:] = -1  # the caller's array: mutating it must not change later placements
+    # the order matters: the same tags reversed are placed afresh
+    assert np.array_equal(render.label_boxes(tags[::-1], (768, 768)), fresh(tags[::-1], (768, 768)))
