@@ -251,7 +251,13 @@ def write_task_sections(
     heads the CounterCount section and captions each of its tables."""
     paths: list[Path] = []
     sections: list[str] = []
-    cf_records = [r for r in records if task_of_record(r) == "countercount"]
+    # One pass: each pass over an audit's records reads and validates every log line again.
+    by_task: dict[str, list[EpisodeRecord]] = {"countercount": [], "video": []}
+    for r in records:
+        kept = by_task.get(task_of_record(r))
+        if kept is not None:
+            kept.append(r)
+    cf_records = by_task["countercount"]
     if cf_records:
         from countgym.analysis import cf
 
@@ -290,7 +296,7 @@ def write_task_sections(
                 caption=judge_note or _judge_note_of(frame),
             )
         )
-    video = [r for r in records if task_of_record(r) == "video"]
+    video = by_task["video"]
     if video:
         from countgym.analysis import bias
         from countgym.analysis.csvout import write_csv

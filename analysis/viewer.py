@@ -127,9 +127,14 @@ def _render(record: EpisodeRecord, stimuli: StimulusCache, opts: ViewerOptions) 
         return out
     out["prompt"] = _prompt(record, ds, opts)
     try:
+        if episode_task(record) == "video":
+            # The sampled frames as one sheet, shown before and after the step; nothing to overlay.
+            sheet = video_sheet(record, ds, opts.thumb_px * 2)
+            out["frames"] = [_jpeg_uri(fit_image(sheet, opts.thumb_px * 2)[0], opts.jpeg_quality)]
+            out["single_step"] = True
+            return out
         if episode_task(record) != "image":
-            # Single-step tasks: one observation (the image or the sampled frames as a sheet),
-            # shown before and after the step; nothing to overlay.
+            # Single-step tasks: one observation (the image), shown before and after the step.
             seen = replay_observation(record, ds, 0)
             img = Image.fromarray(contact_sheet(seen) if seen.ndim == 4 else seen)
             uri = _jpeg_uri(fit_image(img, opts.thumb_px * (2 if seen.ndim == 4 else 1))[0], opts.jpeg_quality)
@@ -147,6 +152,62 @@ def _render(record: EpisodeRecord, stimuli: StimulusCache, opts: ViewerOptions) 
     except (UserError, OSError, ValueError) as e:
         out["note"] = f"images unavailable: {e}"
     return out
+
+
+SHEET_COLUMNS = 5
+SHEET_GAP = 4
+"""The contact sheet's columns and white gap (px at the frames' size), as ``contact_sheet``."""
+
+
+def video_sheet(record: EpisodeRecord, dataset: Any, side: int) -> Image.Image:
+    """A video episode's sampled frames as a contact sheet (``contact_sheet``'s layout) scaled to
+    fit ``side`` px. Each frame is decoded at the smallest scale its JPEG allows that still covers
+    its tile (``Image.draft``): a tile of a 768 px sheet of ten full-HD frames is 150 px wide, and
+    decoding the full frames was most of a video audit's viewer. The stimulus is checked as
+    ``replay_observation`` checks it (same content hash, frames within the pixel limit)."""
+    from countgym.stimulus import check_image_size, check_video_pixels
+
+    stim = dataset[record.stimulus_id]
+    if record.stimulus_hash and dataset.content_hash(stim) != record.stimulus_hash:
+        raise UserError(f"stimulus {stim.id!r} in {dataset.root} differs from the one the episode saw (hash mismatch)")
+    check_video_pixels(dataset, stim)
+    rels = list(stim.frames or [])
+    if not rels:
+        raise ValueError(f"stimulus {stim.id!r} has no frames: not a video dataset")
+    max_side = record.env_options.get("max_side")
+    frames: list[Image.Image] = []
+    tile: tuple[int, int] | None = None
+    stored: tuple[int, int] | None = None
+    scale = 1.0
+    for rel in rels:
+        path = dataset.media_path(stim, rel, "frame")
+        with Image.open(path) as im:
+            check_image_size(im, path)
+            if stored is not None and im.size != stored:
+                raise ValueError(f"stimulus {stim.id!r}: frames differ in size")
+            stored = w, h = im.size
+            if max_side is not None and max(w, h) > int(max_side):
+                k = int(max_side) / max(w, h)
+                w, h = max(1, math.floor(w * k + 0.5)), max(1, math.floor(h * k + 0.5))
+            if tile is None:
+                cols = max(1, min(SHEET_COLUMNS, len(rels)))
+                rows = -(-len(rels) // cols)
+                full = (cols * w + (cols - 1) * SHEET_GAP, rows * h + (rows - 1) * SHEET_GAP)
+                scale = min(1.0, side / max(full))
+                tile = (max(1, round(w * scale)), max(1, round(h * scale)))
+            if im.format == "JPEG":
+                im.draft("RGB", tile)  # a reduced DCT scale, never below the tile's size
+            frame = im.convert("RGB")
+        frames.append(frame if frame.size == tile else frame.resize(tile, Image.Resampling.BOX))
+    assert tile is not None
+    cols = max(1, min(SHEET_COLUMNS, len(frames)))
+    rows = -(-len(frames) // cols)
+    gap = max(1, round(SHEET_GAP * scale))
+    sheet = Image.new("RGB", (cols * tile[0] + (cols - 1) * gap, rows * tile[1] + (rows - 1) * gap), "white")
+    for i, frame in enumerate(frames):
+        r, c = divmod(i, cols)
+        sheet.paste(frame, (c * (tile[0] + gap), r * (tile[1] + gap)))
+    return sheet
 
 
 def _prompt(record: EpisodeRecord, dataset: Any, opts: ViewerOptions) -> dict[str, Any] | None:

@@ -159,3 +159,27 @@ def test_report_viewer_shows_countercount_and_video_episodes(cf_data: Path, vide
     assert len(video) == 2 and len(eps) - len(video) == 4  # 2 videos, 2 CounterCount pairs
     assert all(e["frames"] and e["frames"][0].startswith("data:image/jpeg;base64,") and e["single_step"] for e in eps)
     assert len({e["dataset"] for e in eps}) == 2
+
+
+@pytest.mark.parametrize("max_side", [None, 40])
+def test_viewer_sheet_of_a_video_is_its_replayed_sheet_scaled(video_data: Path, tmp_path: Path,
+                                                              max_side: int | None) -> None:
+    """The viewer decodes a video's frames at a reduced JPEG scale for its thumbnail: the sheet it
+    shows is the replayed observation's contact sheet, scaled (same layout, close pixels), and a
+    stimulus that changed since the episode is refused as replay refuses it."""
+    from countgym.analysis.overlay import fit_image
+    from countgym.analysis.viewer import video_sheet
+    from countgym.errors import UserError
+
+    ds = Dataset(video_data)
+    opts = {} if max_side is None else {"max_side": max_side}
+    for rec, seen in _run(video_data, "video-p1", opts, tmp_path):
+        want, _ = fit_image(Image.fromarray(contact_sheet(seen)), 300)
+        got = video_sheet(rec, ds, 300)
+        assert abs(got.size[0] - want.size[0]) <= 2 and abs(got.size[1] - want.size[1]) <= 2
+        a = np.asarray(got.resize(want.size, Image.Resampling.BOX), dtype=float)
+        # same frames in the same places (frames in reverse order differ by about 20 on average)
+        assert np.abs(a - np.asarray(want, dtype=float)).mean() < 9
+        changed = rec.model_copy(update={"stimulus_hash": "0" * 64})
+        with pytest.raises(UserError, match="hash mismatch"):
+            video_sheet(changed, ds, 300)
