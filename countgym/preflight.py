@@ -42,6 +42,9 @@ def media_problem(ds: Dataset, stim: Stimulus, *, needs_image: bool) -> str | No
         return f"{stim.id!r} has neither image nor frames"
     root = ds.root.resolve()
     for rel in rels:
+        known = ds.known_media_path(rel)
+        if known is not None and known.is_file():  # resolved and checked before, and still there
+            continue
         path = (ds.root / rel).resolve()
         if root not in path.parents:
             return f"{stim.id!r}: {rel} is outside the dataset folder"

@@ -98,6 +98,7 @@ class Dataset:
                 f"no {MANIFEST} in {self.root}: make one with 'countgym scenes make BATTERY --out DIR'"
             )
         self._stimuli: list[Stimulus] | None = None
+        self._ids: tuple[str, ...] | None = None
         self._lines: dict[str, bytes] = {}
         self._parsed: OrderedDict[str, Stimulus] = OrderedDict()
         lines: dict[str, int] = {}
@@ -125,6 +126,7 @@ class Dataset:
     @stimuli.setter
     def stimuli(self, value: list[Stimulus]) -> None:
         self._stimuli = value
+        self._ids = None
         self._by_id = {s.id: s for s in value}
         self._lines = {}
 
@@ -158,10 +160,12 @@ class Dataset:
         return self._keep(_fast_parse(raw) or Stimulus.model_validate(json.loads(raw)))
 
     def ids(self) -> list[str]:
-        """Stimulus ids in manifest order."""
-        if self._stimuli is not None:
-            return [s.id for s in self._stimuli]
-        return list(self._lines)
+        """Stimulus ids in manifest order (a new list; the ids are kept: an environment asks for
+        them when it is made, once per episode)."""
+        ids = getattr(self, "_ids", None)
+        if ids is None:
+            ids = self._ids = tuple(s.id for s in self._stimuli) if self._stimuli is not None else tuple(self._lines)
+        return list(ids)
 
     def image_path(self, stimulus: Stimulus) -> Path:
         """Absolute path of a stimulus's image, checked to stay inside the folder."""
@@ -175,6 +179,11 @@ class Dataset:
         if root is None:
             root = self._root_real = self.root.resolve()
         return root
+
+    def known_media_path(self, rel: str) -> Path | None:
+        """The checked path of ``rel`` when ``media_path`` found it a regular file inside the
+        folder earlier in this process, else None (not checked yet, or not a regular file)."""
+        return _MEDIA_PATHS.get((self._resolved_root(), rel))
 
     def media_path(self, stimulus: Stimulus, rel: str, what: str = "media") -> Path:
         """Absolute path of a file a stimulus names (image, frame, mask), checked to stay inside

@@ -196,9 +196,15 @@ class CountVideoEnv(gym.Env):
     ) -> None:
         self.dataset, self.dataset_name = resolve_dataset_arg(dataset)
         self._pool = stimulus_pool(self.dataset, stimulus_ids)
-        for sid in self._pool:
-            if not self.dataset[sid].frames:
-                raise ValueError(f"stimulus {sid!r} has no frames: not a video dataset")
+        if stimulus_ids is not None or not getattr(self.dataset, "_frames_checked", False):
+            for sid in self._pool:
+                if not self.dataset[sid].frames:
+                    raise ValueError(f"stimulus {sid!r} has no frames: not a video dataset")
+            if stimulus_ids is None:  # a whole dataset is checked once (a runner makes an env per episode)
+                try:
+                    self.dataset._frames_checked = True  # type: ignore[attr-defined]
+                except AttributeError:  # a dataset type with slots: checked again next time
+                    pass
         if prompt not in PROMPTS:
             raise ValueError(f"prompt must be one of {sorted(PROMPTS)}, got {prompt!r}")
         if max_side is not None and not 16 <= int(max_side) <= MAX_SIDE:

@@ -179,3 +179,57 @@ def test_a_whole_dataset_pool_is_validated_once(tmp_path, monkeypatch) -> None:
     assert stimulus_pool(ds, None) == [s.id for s in stims] and len(seen) == 5  # not again
     with pytest.raises(UserError):
         stimulus_pool(ds, ["s1", "nope"])  # a chosen subset is always checked
+
+
+def test_dataset_ids_are_kept_and_handed_out_as_new_lists(tmp_path) -> None:
+    (tmp_path / "images").mkdir()
+    stims = [Stimulus(id=f"s{i}", image="images/a.png", n=1, obj="dots", obj_sing="dot", points=None) for i in range(4)]
+    write_manifest(tmp_path, stims)
+    ds = Dataset(tmp_path)
+    ids = ds.ids()
+    ids.append("mine")  # the caller's list
+    assert ds.ids() == ["s0", "s1", "s2", "s3"]
+    ds.stimuli = [ds["s2"], ds["s0"]]  # a new selection: the kept ids go with it
+    assert ds.ids() == ["s2", "s0"]
+
+
+def test_a_whole_video_dataset_is_checked_for_frames_once(tmp_path, monkeypatch) -> None:
+    from countgym.envs.video_env import CountVideoEnv
+
+    (tmp_path / "frames").mkdir()
+    stims = [Stimulus(id=f"v{i}", frames=["frames/a.jpg"], n=1, obj="dots", obj_sing="dot", points=None)
+             for i in range(3)]
+    write_manifest(tmp_path, [*stims, Stimulus(id="img", image="frames/a.jpg", n=1, obj="dots", obj_sing="dot",
+                                               points=None)])
+    with pytest.raises(ValueError, match="has no frames"):
+        CountVideoEnv(Dataset(tmp_path))  # a stimulus without frames: refused every time
+    with pytest.raises(ValueError, match="has no frames"):
+        CountVideoEnv(Dataset(tmp_path))
+    write_manifest(tmp_path, stims)
+    ds = Dataset(tmp_path)
+    seen: list[str] = []
+    real = Dataset.__getitem__
+    monkeypatch.setattr(Dataset, "__getitem__", lambda self, sid: seen.append(sid) or real(self, sid))
+    CountVideoEnv(ds)
+    checked = len(seen)
+    CountVideoEnv(ds)
+    assert checked >= 3 and len(seen) == checked  # the second environment reads no stimulus
+    CountVideoEnv(ds, stimulus_ids=["v1"])
+    assert seen[checked:] == ["v1", "v1"]  # a chosen subset is always checked
+
+
+def test_preflight_finds_a_remembered_file_gone(tmp_path) -> None:
+    from countgym.preflight import check_media
+
+    (tmp_path / "images").mkdir()
+    Image.new("RGB", (8, 8)).save(tmp_path / "images" / "a.png")
+    write_manifest(tmp_path, [Stimulus(id="a", image="images/a.png", n=1, obj="dots", obj_sing="dot", points=None)])
+    ds = Dataset(tmp_path)
+    ds.image_path(ds["a"])  # remembered as a regular file
+    check_media(ds, [ds["a"]])
+    (tmp_path / "images" / "a.png").unlink()
+    with pytest.raises(UserError, match="images/a.png is missing"):
+        check_media(Dataset(tmp_path), [ds["a"]])
+    os.mkfifo(tmp_path / "images" / "a.png")
+    with pytest.raises(UserError, match="is not a regular file"):
+        check_media(Dataset(tmp_path), [ds["a"]])
