@@ -154,17 +154,13 @@ def _render(record: EpisodeRecord, stimuli: StimulusCache, opts: ViewerOptions) 
     return out
 
 
-SHEET_COLUMNS = 5
-SHEET_GAP = 4
-"""The contact sheet's columns and white gap (px at the frames' size), as ``contact_sheet``."""
-
-
 def video_sheet(record: EpisodeRecord, dataset: Any, side: int) -> Image.Image:
     """A video episode's sampled frames as a contact sheet (``contact_sheet``'s layout) scaled to
     fit ``side`` px. Each frame is decoded at the smallest scale its JPEG allows that still covers
     its tile (``Image.draft``): a tile of a 768 px sheet of ten full-HD frames is 150 px wide, and
     decoding the full frames was most of a video audit's viewer. The stimulus is checked as
     ``replay_observation`` checks it (same content hash, frames within the pixel limit)."""
+    from countgym.envs.replay import SHEET_COLUMNS, SHEET_GAP, contact_sheet
     from countgym.stimulus import check_image_size, check_video_pixels
 
     stim = dataset[record.stimulus_id]
@@ -199,15 +195,8 @@ def video_sheet(record: EpisodeRecord, dataset: Any, side: int) -> Image.Image:
                 im.draft("RGB", tile)  # a reduced DCT scale, never below the tile's size
             frame = im.convert("RGB")
         frames.append(frame if frame.size == tile else frame.resize(tile, Image.Resampling.BOX))
-    assert tile is not None
-    cols = max(1, min(SHEET_COLUMNS, len(frames)))
-    rows = -(-len(frames) // cols)
-    gap = max(1, round(SHEET_GAP * scale))
-    sheet = Image.new("RGB", (cols * tile[0] + (cols - 1) * gap, rows * tile[1] + (rows - 1) * gap), "white")
-    for i, frame in enumerate(frames):
-        r, c = divmod(i, cols)
-        sheet.paste(frame, (c * (tile[0] + gap), r * (tile[1] + gap)))
-    return sheet
+    stack = np.stack([np.asarray(f) for f in frames])
+    return Image.fromarray(contact_sheet(stack, gap=max(1, round(SHEET_GAP * scale))))
 
 
 def _prompt(record: EpisodeRecord, dataset: Any, opts: ViewerOptions) -> dict[str, Any] | None:

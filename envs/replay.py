@@ -130,7 +130,12 @@ def _replay_image_task(record: EpisodeRecord, dataset: Dataset, stim: Any, k: in
     return np.asarray(img)
 
 
-def contact_sheet(frames: np.ndarray, *, columns: int = 5, gap: int = 4) -> np.ndarray:
+SHEET_COLUMNS = 5
+SHEET_GAP = 4
+"""A contact sheet's columns and white gap (px)."""
+
+
+def contact_sheet(frames: np.ndarray, *, columns: int = SHEET_COLUMNS, gap: int = SHEET_GAP) -> np.ndarray:
     """The frames of a clip tiled in time order, left to right then top to bottom, on white.
 
     Each frame keeps its exact pixels (no resizing); ``gap`` white pixels separate the tiles.
