@@ -587,7 +587,9 @@ class TilesPolicy:
             return Reply(text=json.dumps({"tool": "answer", "count": n}), action=Answer(count=n))
         if self.task is None:
             raise RuntimeError("TilesPolicy.act before reset")
-        image = np.asarray(observation["image"])
+        image = observation["image"]
+        if view_key(image) is None:  # a stimulus's view stays one: its tiles are kept under its key
+            image = np.asarray(image)
         h, w = image.shape[:2]
         boxes = tile_boxes(w, h, self.overlap)
         prompt = T.TILE.format(obj=self.task.obj, obj_sing=self.task.obj_sing)

@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -185,8 +187,11 @@ def bench_video_episode(videos: int = 4, size: tuple[int, int] = (1920, 1080), p
     messages, the direct transport's body) and the step that reads a reply; the floor is reading
     the ten stored files, base64-encoding them and assembling the same body. A second row does
     the same for the first call of a photo episode (``photos`` distinct ``photo_px`` px sources
-    saved as PNG with Pillow's defaults, which the environment sends as they are). Each row is
-    the fastest of ``passes`` passes over every item, interleaved with its floor."""
+    saved as PNG with Pillow's defaults, which the environment sends as they are), each episode
+    starting from its file as in a new process: once for files seen before (their pixel stream
+    checked once and recorded in the derived cache), once for files never seen (that check
+    included). Each row is the fastest of ``passes`` passes over every item, interleaved with
+    its floor."""
     import numpy as np
 
     from countgym.agents.backends import base as backend_base
@@ -247,6 +252,7 @@ def bench_video_episode(videos: int = 4, size: tuple[int, int] = (1920, 1080), p
         pds = Dataset(root)
         penv = CountImageEnv(pds)
         pids = pds.ids()
+        saved_derived = os.environ.get("COUNTGYM_DERIVED_CACHE")
 
         def photo_call(sid: str) -> None:
             obs, _ = penv.reset(options={"stimulus_id": sid})
@@ -257,25 +263,47 @@ def bench_video_episode(videos: int = 4, size: tuple[int, int] = (1920, 1080), p
         def photo_floor(sid: str) -> None:
             _floor_body([pds.image_path(pds[sid])], "How many dots?", "image/png")
 
-        def fresh(fn: Any) -> Any:
+        def fresh(fn: Any, *, seen: bool) -> Any:
             def run(sid: str) -> None:
-                # Each episode starts from its source file, as on its own stimulus.
+                # Each episode starts from its source file, as in a new process; ``seen``: the
+                # file's pixel stream was checked before (recorded in the run's own derived
+                # cache, not the user's), else never.
                 originals.clear()
                 backend_base._VIEW_URLS.clear()
+                derived = Path(tmp) / ("derived-seen" if seen else "derived-new")
+                if not seen:
+                    shutil.rmtree(derived, ignore_errors=True)
+                os.environ["COUNTGYM_DERIVED_CACHE"] = str(derived)
                 fn(sid)
             return run
 
-        photo_call(pids[0])
-        pe = pf = float("inf")
-        for _ in range(passes):
-            pe = min(pe, _cpu_per(fresh(photo_call), pids, 1))
-            pf = min(pf, _cpu_per(fresh(photo_floor), pids, 1))
+        try:
+            for sid in pids:  # imports, first-use caches and each file's one check out of the timing
+                fresh(photo_call, seen=True)(sid)
+            pe = pf = pn = float("inf")
+            for _ in range(passes):
+                pe = min(pe, _cpu_per(fresh(photo_call, seen=True), pids, 1))
+                pf = min(pf, _cpu_per(fresh(photo_floor, seen=True), pids, 1))
+                pn = min(pn, _cpu_per(fresh(photo_call, seen=False), pids, 1))
+        finally:
+            if saved_derived is None:
+                os.environ.pop("COUNTGYM_DERIVED_CACHE", None)
+            else:
+                os.environ["COUNTGYM_DERIVED_CACHE"] = saved_derived
         rows.append({
-            "name": f"photo episode first call CPU vs floor ({photos} PNG sources, {photo_px} px, Pillow defaults)",
+            "name": f"photo episode first call CPU vs floor ({photos} PNG sources, {photo_px} px, Pillow defaults; "
+                    "a new process, each file seen before)",
             "value": f"{pe * 1000:.2f} ms per first call, floor {pf * 1000:.2f} ms: {pe / pf:.2f}x",
             "target": "<= 2x the floor (read + base64 + request body)",
             "ok": pe <= 2 * pf,
             "episode_cpu_ms": pe * 1000,
+            "floor_cpu_ms": pf * 1000,
+        })
+        rows.append({
+            "name": "photo episode first call, the first use ever of each file (its pixel stream inflated once to check it)",
+            "value": f"{pn * 1000:.2f} ms per first call: {pn / pf:.2f}x the floor",
+            "target": "- (once per file: later processes find it in the derived cache)",
+            "episode_cpu_ms": pn * 1000,
             "floor_cpu_ms": pf * 1000,
         })
     return rows

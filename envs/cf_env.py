@@ -549,7 +549,7 @@ class CounterCountEnv(gym.Env):
         """The image shown (``render_mode="rgb_array"``)."""
         if self.render_mode != "rgb_array" or self._obs is None:
             return None
-        return self._obs["image"]
+        return np.asarray(self._obs["image"])
 
     def close(self) -> None:
         self.state = None

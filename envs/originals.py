@@ -5,10 +5,10 @@ episode waits for its model.
 An episode starts by decoding its image, fitting it to the long-side limit and rendering the
 unmarked view (about 10 ms of CPU for 768 x 768, plus the view's PNG encoding when a model sees
 it). Episodes of one stimulus get the same ``Original`` instead: the same pixels, decoded once,
-and a fresh read-only copy of the same view (Gymnasium wants new observation data on every
-call), which ``view_key`` names, so that backends encode each distinct view once. Entries are
-keyed by the image file's path, size, modification time and inode, so an edited file is read
-again.
+and a first observation that is a ``StoredView`` of it (``countgym.envs.stored_view``: decoded
+only when something reads it), which ``view_key`` names, so that backends encode each distinct
+view once. Entries are keyed by the image file's path, size, modification time and inode, so an
+edited file is read again.
 
 Memory per episode in flight: an original holds one copy of its pixels at most (the view; the
 PIL image episodes draw from is made from it on demand). A view with long runs of equal bytes (a
@@ -20,13 +20,15 @@ through a small shared cache of decoded views (``DECODED_BYTES``). Either way an
 no pixels while it waits for its model.
 
 A source that is already the first view's PNG (an 8-bit RGB PNG within the long-side limit,
-with no chunk that changes what a decoder shows: ``png_as_sent``) is sent as its own pixel
-chunks: the first model call of an episode then encodes nothing (``Original.source_png``). Only
-the pixels leave the machine: text, time and resolution chunks are dropped (without re-encoding),
-and a file with anything else beside its pixels (data after the zlib stream, a stream larger
-than its pixels) is encoded afresh. Checking that costs one inflate of the pixels (bounded by
-their size), once per source file. Datasets written by countgym, and the fitted copies below,
-are such files.
+with no chunk that changes what a decoder shows: ``png_as_sent``) is not decoded at all to start
+an episode: its original holds the file's pixel chunks (``Original.from_sent_png``), the first
+model call sends them as they are, and the pixels are decoded only when an episode draws or a
+policy reads them. Only the pixels leave the machine: text, time and resolution chunks are
+dropped (without re-encoding), and a file with anything else beside its pixels (data after the
+zlib stream, a stream larger than its pixels) is decoded and encoded afresh. Checking that costs
+one inflate of the pixels (bounded by their size) once per source file: a file that passed is
+recorded in the derived cache (``<countgym cache>/derived/sent``), so a later process checks its
+chunks only. Datasets written by countgym, and the fitted copies below, are such files.
 
 Large sources (a 2048 px photo: about 45 ms to decode and 42 ms to fit to 1024 px) are fitted
 once per file, not once per episode: the fitted copy is kept as a PNG in the derived cache
@@ -53,6 +55,7 @@ from PIL import Image
 
 from countgym.envs.common import fit_long_side
 from countgym.envs.render import render_working_image
+from countgym.envs.stored_view import StoredView
 
 MAX_ENTRIES = 1024
 """Originals kept for reuse, at most (an encoded one holds only its PNG; a battery image its runs
@@ -94,6 +97,18 @@ class Original:
         self._pixels: np.ndarray | None = None if self._runs is not None else view
         self._lock = threading.Lock()
 
+    @classmethod
+    def from_sent_png(cls, png: bytes, size: tuple[int, int], key: tuple[Any, ...]) -> Original:
+        """An RGB original held only as ``png`` (what ``png_as_sent`` accepted from its source
+        file, ``size`` its width and height): nothing is decoded until an episode draws or a
+        policy reads the pixels."""
+        self = cls.__new__(cls)
+        self.stored_size = self.size = (int(size[0]), int(size[1]))
+        self.mode, self.key, self.source_png = "RGB", key, png
+        self._png, self._image, self._runs, self._pixels = png, None, None, None
+        self._lock = threading.Lock()
+        return self
+
     @property
     def view(self) -> np.ndarray:
         """The unmarked working image (read-only): the first observation's pixels."""
@@ -129,24 +144,34 @@ class Original:
                 self._pixels = None
 
     def held_bytes(self) -> int:
-        """The memory this original holds: its pixels, its runs, its PNG or its PIL image."""
+        """The memory this original holds: its pixels or its PIL image, its runs, its PNG."""
+        held = len(self._png or b"")
         if self._pixels is not None:
-            return int(self._pixels.nbytes)
+            held += int(self._pixels.nbytes)
+        elif self._image is not None:
+            held += self.size[0] * self.size[1] * len(self._image.getbands())
         if self._runs is not None:
-            return int(self._runs[0].nbytes + self._runs[1].nbytes)
-        if self._image is not None:
-            return self.size[0] * self.size[1] * len(self._image.getbands())
-        return len(self._png or b"")
+            held += int(self._runs[0].nbytes + self._runs[1].nbytes)
+        return held
 
-    def first_view(self) -> np.ndarray:
-        """A new read-only copy of the unmarked view, known to ``view_key`` while it lives."""
+    def first_view(self) -> StoredView | np.ndarray:
+        """The unmarked view as a first observation: a ``StoredView`` of this original (decoded
+        only when read; ``view_key`` knows it) when the original is keyed by its file, else a new
+        read-only copy of the pixels."""
+        if self.key is not None:
+            return StoredView(self)
         out = _unpack_runs(*self._runs) if self._runs is not None else self.pixels().copy()
         out.flags.writeable = False
-        if self.key is not None:
-            with _LOCK:
-                _COPIES[id(out)] = self
-            weakref.finalize(out, _COPIES.pop, id(out), None)
         return out
+
+    def _keep_runs(self, pixels: np.ndarray) -> None:
+        """Hold ``pixels`` as runs of equal bytes as well, when they are that compact (a battery
+        image), so later draws expand them instead of decoding the PNG again."""
+        if self._runs is None and self._image is None:
+            runs = _pack_runs(pixels)
+            if runs is not None:
+                with self._lock:
+                    self._runs = runs
 
 
 class LazyImage:
@@ -190,7 +215,6 @@ class LazyImage:
 
 
 _CACHE: OrderedDict[tuple[Any, ...], Original] = OrderedDict()
-_COPIES: dict[int, Original] = {}
 _DRAWN: dict[int, Original] = {}
 _DECODED: OrderedDict[tuple[Any, ...], np.ndarray] = OrderedDict()
 _LOCK = threading.Lock()
@@ -215,7 +239,7 @@ def _deflate_bound(n: int) -> int:
     return n + (n >> 6) + 1024
 
 
-def png_as_sent(data: bytes, size: tuple[int, int]) -> bytes | None:
+def png_as_sent(data: bytes, size: tuple[int, int], *, stream_checked: bool = False) -> bytes | None:
     """The PNG to send for ``data`` when every decoder reads it as exactly the 8-bit RGB pixels
     Pillow decoded from it (``size``: their width and height): non-interlaced 8-bit RGB, correct
     CRCs, one zlib stream in ``IDAT`` that inflates to exactly the pixel rows, ending at
@@ -223,7 +247,9 @@ def png_as_sent(data: bytes, size: tuple[int, int]) -> bytes | None:
     all it holds); chunks in ``DROPPED_CHUNKS`` are left out. Else None (anything after the zlib
     stream or after ``IEND``, a pixel stream larger than the pixels can compress to, any other
     chunk): the view is encoded afresh. At most the pixels' size is inflated, so a compression
-    bomb costs no more than the image."""
+    bomb costs no more than the image. ``stream_checked``: this file's pixel stream is known to
+    pass (``load_original`` records that per file, CRCs included): the chunks are walked, the
+    pixel chunks neither inflated nor checksummed again."""
     if not data.startswith(_PNG_SIGNATURE):
         return None
     pos, view = len(_PNG_SIGNATURE), memoryview(data)
@@ -236,7 +262,7 @@ def png_as_sent(data: bytes, size: tuple[int, int]) -> bytes | None:
         if end > len(data) or (kind not in SENT_CHUNKS and kind not in DROPPED_CHUNKS):
             return None
         body = view[pos + 8 : end - 4]
-        if zlib.crc32(body, zlib.crc32(kind)) != struct.unpack_from(">I", data, end - 4)[0]:
+        if (not stream_checked or kind != b"IDAT") and zlib.crc32(body, zlib.crc32(kind)) != struct.unpack_from(">I", data, end - 4)[0]:
             return None
         if kind == b"IHDR":
             if ihdr is not None or pos != len(_PNG_SIGNATURE) or length != 13:
@@ -254,7 +280,7 @@ def png_as_sent(data: bytes, size: tuple[int, int]) -> bytes | None:
         elif kind == b"IEND":
             if end != len(data) or length != 0 or not idat:
                 return None
-            if not _one_stream_of_pixels(view, idat, size):
+            if not _within_bound(idat, size) or (not stream_checked and not _one_stream_of_pixels(view, idat, size)):
                 return None
             if not dropped:
                 return data
@@ -267,13 +293,17 @@ def png_as_sent(data: bytes, size: tuple[int, int]) -> bytes | None:
     return None
 
 
+def _within_bound(idat: list[tuple[int, int]], size: tuple[int, int]) -> bool:
+    """Whether the ``IDAT`` chunks are no longer than a zlib stream of the pixel rows may be."""
+    w, h = size
+    return sum(end - start - 12 for start, end in idat) <= _deflate_bound(h * (1 + 3 * w))
+
+
 def _one_stream_of_pixels(view: memoryview, idat: list[tuple[int, int]], size: tuple[int, int]) -> bool:
     """Whether the ``IDAT`` chunks hold one zlib stream of exactly the pixel rows of an 8-bit RGB
     image of ``size``, with nothing after it (inflating no more than the rows)."""
     w, h = size
     rows = h * (1 + 3 * w)
-    if sum(end - start - 12 for start, end in idat) > _deflate_bound(rows):
-        return False
     inflater = zlib.decompressobj()
     got = 0
     try:
@@ -332,6 +362,7 @@ def _decoded(original: Original) -> np.ndarray:
     with Image.open(io.BytesIO(png)) as im:
         pixels = np.asarray(im.convert("RGB") if im.mode != "RGB" else im)
     pixels.flags.writeable = False
+    original._keep_runs(pixels)
     with _LOCK:
         _DECODED[key] = pixels
         total = sum(a.nbytes for a in _DECODED.values())
@@ -361,22 +392,20 @@ def drawn_over(array: Any) -> tuple[tuple[Any, ...], np.ndarray] | None:
 
 
 def view_key(array: Any) -> tuple[Any, ...] | None:
-    """The key of the cached view ``array`` is a copy of (None for any other object): equal
-    keys mean equal pixels, so an encoding of one serves all."""
-    with _LOCK:
-        original = _COPIES.get(id(array))
-    return original.key if original is not None else None
+    """The key of the cached original ``array`` is the unmarked view of (a ``StoredView``; None
+    for any other object): equal keys mean equal pixels, so an encoding of one serves all."""
+    return array.original.key if isinstance(array, StoredView) else None
 
 
 def original_of(array: Any) -> Original | None:
-    """The ``Original`` whose unmarked view ``array`` is a copy of, or None."""
-    with _LOCK:
-        return _COPIES.get(id(array))
+    """The ``Original`` whose unmarked view ``array`` is (a ``StoredView``), or None."""
+    return array.original if isinstance(array, StoredView) else None
 
 
 def load_original(dataset: Any, stimulus: Any, max_side: int) -> Original:
     """The stimulus's image fitted to ``max_side``, from the cache when its file is unchanged."""
     key: tuple[Any, ...] | None
+    sent: Original | bool | None = None
     try:
         path = dataset.image_path(stimulus)
         st = path.stat()
@@ -389,6 +418,10 @@ def load_original(dataset: Any, stimulus: Any, max_side: int) -> Original:
             if hit is not None:
                 _CACHE.move_to_end(key)
                 return hit
+        sent = _load_as_sent(key, max_side) if _standard_loader(dataset) else None
+        if isinstance(sent, Original):
+            _keep(key, sent)
+            return sent
     fitted = _load_fitted(dataset, stimulus, key, max_side) if key is not None else None
     if fitted is not None:
         image, stored, data = fitted
@@ -396,7 +429,8 @@ def load_original(dataset: Any, stimulus: Any, max_side: int) -> Original:
     elif key is not None and _standard_loader(dataset):
         raw, data = dataset.read_image(stimulus)
         fit = fit_long_side(raw, max_side)
-        entry = Original(fit, raw.size, key, data if fit is raw else None)
+        # A PNG ``_load_as_sent`` refused (False) is not checked again: it is encoded afresh.
+        entry = Original(fit, raw.size, key, data if fit is raw and sent is not False else None)
     else:
         raw = dataset.load_image(stimulus)
         entry = Original(fit_long_side(raw, max_side), raw.size, key)
@@ -434,15 +468,65 @@ def _keep(key: tuple[Any, ...], entry: Original) -> None:
             held -= _CACHE.popitem(last=False)[1].held_bytes()
 
 
-def _fitted_path(key: tuple[Any, ...]) -> Path:
+def _load_as_sent(key: tuple[Any, ...], max_side: int) -> Original | bool | None:
+    """The original of a source file that is already what a model is sent (an 8-bit RGB PNG
+    within ``max_side`` that ``png_as_sent`` accepts), held as that PNG and decoded only when
+    read; False for a candidate whose chunks or pixel stream ``png_as_sent`` refused, None for any
+    other file (either way the caller decodes it as usual, errors included).
+
+    Its pixel stream is inflated once per file to check it (``png_as_sent``): a file that passed
+    is recorded in the derived cache (``<countgym cache>/derived/sent``, an empty file named by
+    the hash of the file's path, size, modification time and inode), so later episodes, in this
+    process or another, check its chunks only."""
+    try:
+        with open(key[0], "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    if len(data) < 33 or not data.startswith(_PNG_SIGNATURE) or data[12:16] != b"IHDR":
+        return None
+    size = struct.unpack_from(">II", data, 16)
+    if not 1 <= min(size) <= max(size) <= max_side or data[24:29] != b"\x08\x02\x00\x00\x00":
+        return None
+    marker = _derived_path("sent", key)
+    with _LOCK:
+        known = key in _STREAMS_CHECKED
+    if not known:
+        known = marker.is_file()
+    png = png_as_sent(data, size, stream_checked=known)
+    if png is None:
+        return False
+    with _LOCK:
+        if len(_STREAMS_CHECKED) >= MAX_ENTRIES * 64:
+            _STREAMS_CHECKED.clear()
+        _STREAMS_CHECKED.add(key)
+    if not known:
+        try:
+            _derived_folder(marker.parent)
+            marker.touch()
+        except OSError:  # a read-only cache: the stream is checked again in the next process
+            pass
+    return Original.from_sent_png(png, size, key)
+
+
+_STREAMS_CHECKED: set[tuple[Any, ...]] = set()
+"""Source files whose pixel stream passed ``png_as_sent`` in this process."""
+
+
+def _derived_path(kind: str, key: tuple[Any, ...], suffix: str = "") -> Path:
     from countgym.scenes.cache import derived_cache_root
 
     name = hashlib.sha256(repr(key).encode()).hexdigest()[:40]
-    return derived_cache_root() / "fitted" / f"{name}.png"
+    return derived_cache_root() / kind / f"{name}{suffix}"
 
 
-def _fitted_folder(folder: Path) -> None:
-    """Create the derived cache's ``fitted/`` folder with countgym's marks (``cache_marks``)."""
+def _fitted_path(key: tuple[Any, ...]) -> Path:
+    return _derived_path("fitted", key, ".png")
+
+
+def _derived_folder(folder: Path) -> None:
+    """Create a folder of the derived cache (``fitted/``, ``sent/``) with countgym's marks
+    (``cache_marks``)."""
     from countgym.scenes.cache import ensure_cache_root
     from countgym.scenes.cache_marks import BUILD_MARKER, mark_build
 
@@ -490,7 +574,7 @@ def _load_fitted(
     fitted.save(buf, format="PNG", compress_level=1)
     data = buf.getvalue()
     try:
-        _fitted_folder(cached.parent)
+        _derived_folder(cached.parent)
         tmp = cached.with_name(f".{cached.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_bytes(data)
         os.replace(tmp, cached)
@@ -504,3 +588,4 @@ def clear() -> None:
     with _LOCK:
         _CACHE.clear()
         _DECODED.clear()
+        _STREAMS_CHECKED.clear()

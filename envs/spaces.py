@@ -20,13 +20,15 @@ import numpy as np
 from gymnasium import spaces
 
 from countgym.envs import shm
+from countgym.envs.stored_view import StoredView
 
 MAX_SIDE = 1024
 CHARSET = string.ascii_letters + string.digits + string.punctuation + " \n"
 
 
 class ImageSpace(spaces.Space[np.ndarray]):
-    """uint8 RGB images of any size with 1 <= height, width <= ``max_side``."""
+    """uint8 RGB images of any size with 1 <= height, width <= ``max_side``: arrays, or a first
+    observation's ``StoredView`` (``countgym.envs.stored_view``, decoded when read)."""
 
     def __init__(self, max_side: int = MAX_SIDE, seed: int | np.random.Generator | None = None):
         self.max_side = int(max_side)
@@ -42,7 +44,7 @@ class ImageSpace(spaces.Space[np.ndarray]):
 
     def contains(self, x: Any) -> bool:
         return (
-            isinstance(x, np.ndarray)
+            isinstance(x, np.ndarray | StoredView)
             and x.dtype == np.uint8
             and x.ndim == 3
             and x.shape[2] == 3

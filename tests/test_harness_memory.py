@@ -56,12 +56,17 @@ def test_a_battery_view_is_held_as_runs_not_pixels(tmp_path: Path) -> None:
     env = CountImageEnv(ds, tools=("tag",))
     obs, _ = env.reset(options={"stimulus_id": "four"})
     original = originals.original_of(obs["image"])
-    assert original is not None and original._pixels is None and original._runs is not None
+    # A battery file is what the model is sent: held as its PNG, nothing decoded to start.
+    assert original is not None and original._pixels is None and original._runs is None
+    assert original.png() == ds.image_path(ds["four"]).read_bytes()
+    assert env.state is not None and not isinstance(env.state.original, Image.Image)
+    first = np.asarray(env.step(Tag(points=[(100.0, 100.0), (600.0, 420.0)]))[0]["image"])
+    # The first draw decoded it once; it is now held as runs of equal bytes, not as pixels.
+    assert original._pixels is None and original._runs is not None
     held = sum(a.nbytes for a in original._runs[:2])
     assert held < 64 * 1024 < obs["image"].nbytes
-    assert env.state is not None and not isinstance(env.state.original, Image.Image)
+    originals._DECODED.clear()
     assert np.array_equal(original.pixels(), obs["image"]) and not original.pixels().flags.writeable
-    first = np.asarray(env.step(Tag(points=[(100.0, 100.0), (600.0, 420.0)]))[0]["image"])
     # The same render as from an image held as pixels (a non-RGB stand-in keeps its PIL image).
     expect = np.array(Image.open(ds.image_path(ds["four"])).convert("RGB"))
     from countgym.envs.render import render_working_image
@@ -73,13 +78,16 @@ def test_a_photo_view_is_held_as_its_png_once_encoded_and_draws_the_same_pixels(
     ds = _noise_dataset(tmp_path / "n")
     env = CountImageEnv(ds, tools=("tag",))
     obs, _ = env.reset(options={"stimulus_id": "n0"})
-    pixels = np.array(obs["image"])
     original = originals.original_of(obs["image"])
-    assert original is not None and original._runs is None and original._pixels is not None
+    # Held as its PNG only from the start: no pixels in the episode while it waits.
+    assert original is not None and original._runs is None and original._pixels is None
+    assert original.png() is not None and not originals._DECODED
     url = png_data_url(obs["image"])
-    # The model's first view is now held as its PNG only: no pixels in the episode while it waits.
-    assert original._pixels is None and original.png() is not None
-    assert base64.b64decode(url.partition(",")[2]) == original.png()
+    assert base64.b64decode(url.partition(",")[2]) == original.png() and not originals._DECODED
+    pixels = np.array(obs["image"])  # a policy that reads the pixels decodes them
+    with Image.open(ds.image_path(ds["n0"])) as im:
+        assert np.array_equal(pixels, np.asarray(im.convert("RGB")))
+    assert original._runs is None and original._pixels is None  # noise has no runs to keep
     originals._DECODED.clear()  # as when other episodes' views pushed it out
     assert np.array_equal(original.pixels(), pixels)
     with_png = _tagged(ds, "n0", encode_first=True, points=[(100.0, 100.0), (600.0, 420.0)])

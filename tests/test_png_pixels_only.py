@@ -174,13 +174,22 @@ def test_chunks_no_decoder_draws_with_are_dropped_without_reencoding() -> None:
     assert png_as_sent(_build([chunks[0], (b"IDAT", idat), (b"IDAT", b"\x00"), chunks[-1]]), (32, 24)) is None
 
 
-def test_a_compressed_text_bomb_is_one_clear_error(tmp_path: Path) -> None:
+def test_a_compressed_text_bomb_is_never_inflated_and_a_decoder_that_would_is_one_clear_error(tmp_path: Path) -> None:
     from countgym.errors import UserError
 
     ds = make_tiny_dataset(tmp_path / "d", size=(SIDE, SIDE))
     path = ds.image_path(ds["four"])
-    chunks = _chunks(path.read_bytes())
+    plain = path.read_bytes()
+    chunks = _chunks(plain)
     bomb = (b"zTXt", b"notes\x00\x00" + zlib.compress(b"x" * (8 * 2**20)))
     path.write_bytes(_build([chunks[0], bomb, *chunks[1:]]))
+    # The episode cuts the text chunk out unread: only the pixels are held, sent and drawn from.
+    env = CountImageEnv(ds, tools=("tag",))
+    obs, _ = env.reset(options={"stimulus_id": "four"})
+    assert originals.original_of(obs["image"]).png() == plain
+    with Image.open(io.BytesIO(plain)) as im:
+        assert np.array_equal(np.asarray(obs["image"]), np.asarray(im.convert("RGB")))
+    env.step({"tool": "tag", "points": [[100, 100]]})
+    # Reading the whole file (as replay and the audit's viewer do) is one clear error.
     with pytest.raises(UserError, match="cannot read image"):
-        CountImageEnv(ds, tools=("tag",)).reset(options={"stimulus_id": "four"})
+        ds.read_image(ds["four"])

@@ -27,6 +27,7 @@ from countgym.dataurl import data_url
 from countgym.envs.actions import Reply
 from countgym.envs.frames import StoredFrame
 from countgym.envs.originals import drawn_over, original_of, view_key
+from countgym.envs.stored_view import StoredView
 from countgym.logs import Usage
 
 Message = dict[str, Any]
@@ -111,7 +112,7 @@ class EncodedImage:
 def encoded_image(image: Any) -> Any:
     """``image`` as an ``EncodedImage`` (a uint8 array encodes once, through ``png_data_url``'s
     caches); anything else is returned as it is."""
-    if isinstance(image, np.ndarray) and image.dtype == np.uint8:
+    if (isinstance(image, np.ndarray) and image.dtype == np.uint8) or isinstance(image, StoredView):
         return EncodedImage(png_data_url(image), tuple(image.shape))
     return image
 
@@ -204,7 +205,7 @@ def encode_png(image: np.ndarray) -> bytes:
     return _PNG_SIGNATURE + _png_chunk(b"IHDR", ihdr) + _png_chunk(b"IDAT", idat) + _png_chunk(b"IEND", b"")
 
 
-def _encode(image: np.ndarray) -> bytes:
+def _encode(image: np.ndarray | StoredView) -> bytes:
     """``encode_png``, or only the changed row bands when ``image`` was drawn over a cached
     unmarked view (``countgym.agents.backends.png_bands``)."""
     over = drawn_over(image)
@@ -219,10 +220,10 @@ def _encode(image: np.ndarray) -> bytes:
         png = encode_png_over(a, view, a)
         if png is not None:
             return png
-    return encode_png(image)
+    return encode_png(np.asarray(image))
 
 
-def png_data_url(image: np.ndarray) -> str:
+def png_data_url(image: np.ndarray | StoredView | EncodedImage | StoredFrame) -> str:
     """The image as a base64 PNG data URL (lossless, ``encode_png``; cached per live array object,
     and per distinct unmarked view of a stimulus; a view drawn over one re-encodes only its
     changed row bands; an unmarked view whose source file is already its PNG is that file,

@@ -1,0 +1,238 @@
+"""A first observation whose source file is already what the model is sent decodes nothing: the
+episode reads the file, the backend sends its pixel chunks, and the pixels are decoded only when a
+policy reads them, exactly the pixels the observation's array used to hold. The file's pixel
+stream is inflated to check it once per file, then recorded in the derived cache; an edited file
+is checked again."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import io
+import os
+import pickle
+import struct
+import zlib
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from PIL import Image, ImageFile
+
+from countgym.agents.backends import base as backend_base
+from countgym.agents.backends.base import encoded_image, png_data_url
+from countgym.envs import originals
+from countgym.envs.cf_env import CounterCountEnv
+from countgym.envs.image_env import CountImageEnv
+from countgym.envs.stored_view import StoredView
+from countgym.stimulus import Dataset, Stimulus, write_manifest
+from tests.conftest import make_tiny_dataset
+
+
+@pytest.fixture(autouse=True)
+def _fresh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COUNTGYM_DERIVED_CACHE", str(tmp_path / "derived"))
+    originals.clear()
+    backend_base._VIEW_URLS.clear()
+
+
+def _photos(root: Path, n: int = 2, side: int = 96) -> Dataset:
+    """Noisy photo-like PNGs saved with Pillow's defaults."""
+    (root / "images").mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(5)
+    stims = []
+    for i in range(n):
+        Image.fromarray(rng.integers(0, 256, (side, side + 8 * i, 3), dtype=np.uint8)).save(root / f"images/p{i}.png")
+        stims.append(Stimulus(id=f"p{i}", n=2, obj="dots", obj_sing="dot", image=f"images/p{i}.png",
+                              points=[(10.0, 10.0), (50.0, 40.0)]))
+    write_manifest(root, stims)
+    return Dataset(root)
+
+
+def _file_pixels(path: Path) -> np.ndarray:
+    with Image.open(path) as im:
+        return np.asarray(im.convert("RGB"))
+
+
+def _counting(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Counts of Pillow pixel decodes and of pixel-stream checks."""
+    counts = {"decode": 0, "inflate": 0}
+    load, check = ImageFile.ImageFile.load, originals._one_stream_of_pixels
+
+    def counted_load(self: ImageFile.ImageFile) -> object:
+        counts["decode"] += bool(self.tile)  # pixels still to decode
+        return load(self)
+
+    def counted_check(*args: object) -> bool:
+        counts["inflate"] += 1
+        return check(*args)
+
+    monkeypatch.setattr(ImageFile.ImageFile, "load", counted_load)
+    monkeypatch.setattr(originals, "_one_stream_of_pixels", counted_check)
+    return counts
+
+
+def _first_call(env: CountImageEnv, sid: str) -> tuple[dict, str]:
+    obs, _ = env.reset(options={"stimulus_id": sid})
+    return obs, png_data_url(obs["image"])
+
+
+def test_a_first_call_decodes_nothing_and_sends_the_file_pixels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ds = _photos(tmp_path / "p")
+    counts = _counting(monkeypatch)
+    env = CountImageEnv(ds, tools=("tag",))
+    obs, url = _first_call(env, "p0")
+    assert isinstance(obs["image"], StoredView) and counts == {"decode": 0, "inflate": 1}
+    path = ds.image_path(ds["p0"])
+    assert base64.b64decode(url.partition(",")[2]) == path.read_bytes()  # the file, as stored
+    # What the model sees is what the observation shows, decoded only now.
+    assert np.array_equal(np.asarray(obs["image"]), _file_pixels(path))
+    assert counts["decode"] == 2  # the view's pixels, then the reference read here
+
+
+def test_the_stream_check_is_once_per_file_and_again_after_an_edit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ds = _photos(tmp_path / "p")
+    counts = _counting(monkeypatch)
+    env = CountImageEnv(ds, tools=("tag",))
+    _first_call(env, "p0")
+    assert counts["inflate"] == 1 and len(list((tmp_path / "derived" / "sent").glob("[!.]*"))) == 1
+    originals.clear()  # as a new process: only the derived cache remembers
+    backend_base._VIEW_URLS.clear()
+    _, url = _first_call(env, "p0")
+    assert counts == {"decode": 0, "inflate": 1}
+    # The file is edited: a second zlib stream hidden after the pixels'. Same modification time.
+    path = ds.image_path(ds["p0"])
+    data, st = path.read_bytes(), path.stat()
+    pixels = _file_pixels(path)
+    rows = b"".join(b"\x00" + r.tobytes() for r in pixels)
+    idat = zlib.compress(rows) + zlib.compress(b"HIDDEN " * 40)
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    path.write_bytes(data[:33] + chunk(b"IDAT", idat) + chunk(b"IEND", b""))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    originals.clear()
+    backend_base._VIEW_URLS.clear()
+    obs, url = _first_call(env, "p0")
+    sent = base64.b64decode(url.partition(",")[2])
+    assert counts["inflate"] == 2 and b"HIDDEN" not in zlib.decompressobj().decompress(
+        b"".join(sent[p + 8 : p + 8 + struct.unpack_from(">I", sent, p)[0]] for p in _idat_positions(sent)))
+    with Image.open(io.BytesIO(sent)) as im:
+        assert np.array_equal(np.asarray(im.convert("RGB")), pixels)
+    assert np.array_equal(np.asarray(obs["image"]), pixels)
+
+
+def _idat_positions(png: bytes) -> list[int]:
+    out, pos = [], 8
+    while pos + 8 <= len(png):
+        (n,) = struct.unpack_from(">I", png, pos)
+        if png[pos + 4 : pos + 8] == b"IDAT":
+            out.append(pos)
+        pos += 12 + n
+    return out
+
+
+def test_an_unwritable_derived_cache_only_means_checking_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ds = _photos(tmp_path / "p")
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the cache would go")
+    monkeypatch.setenv("COUNTGYM_DERIVED_CACHE", str(blocker))
+    counts = _counting(monkeypatch)
+    env = CountImageEnv(ds, tools=("tag",))
+    for _ in range(2):
+        originals.clear()
+        backend_base._VIEW_URLS.clear()
+        obs, url = _first_call(env, "p1")
+        assert base64.b64decode(url.partition(",")[2]) == ds.image_path(ds["p1"]).read_bytes()
+    assert counts == {"decode": 0, "inflate": 2}
+
+
+def test_a_corrupt_pixel_stream_is_still_one_clear_error(tmp_path: Path) -> None:
+    from countgym.errors import UserError
+
+    ds = _photos(tmp_path / "p")
+    path = ds.image_path(ds["p0"])
+    data = bytearray(path.read_bytes())
+    pos = _idat_positions(bytes(data))[0]
+    data[pos + 8 + 40 : pos + 8 + 60] = b"\xff" * 20  # the stream, not the structure
+    body = bytes(data[pos + 8 : pos + 8 + struct.unpack_from(">I", data, pos)[0]])
+    data[pos + 8 + len(body) : pos + 12 + len(body)] = struct.pack(">I", zlib.crc32(b"IDAT" + body))
+    path.write_bytes(bytes(data))
+    with pytest.raises(UserError, match="cannot read image"):
+        CountImageEnv(ds, tools=("tag",)).reset(options={"stimulus_id": "p0"})
+
+
+def test_the_view_reads_as_the_array_it_replaced(tmp_path: Path) -> None:
+    ds = _photos(tmp_path / "p")
+    env = CountImageEnv(ds, tools=("tag",))
+    obs, _ = env.reset(options={"stimulus_id": "p1"})
+    view, ref = obs["image"], _file_pixels(ds.image_path(ds["p1"]))
+    assert view.shape == ref.shape and view.dtype == np.uint8 and view.ndim == 3 and len(view) == ref.shape[0]
+    assert view.nbytes == ref.nbytes and view.size == ref.size and view._pixels is None  # free to ask
+    assert obs in env.observation_space
+    a = np.asarray(view)
+    assert np.array_equal(a, ref) and not a.flags.writeable and np.shares_memory(np.asarray(view), a)
+    own = view.copy()
+    own[0, 0] = 7  # the caller's own
+    assert np.array_equal(np.asarray(view), ref)
+    assert tuple(view[3, 4]) == tuple(ref[3, 4]) and np.array_equal(view[:, :10], ref[:, :10])
+    assert np.array_equal(np.asarray(Image.fromarray(view)), ref)  # Pillow reads it too
+    assert np.allclose(view / 255.0, ref / 255.0) and np.array_equal(view + 0, ref + 0)
+    assert np.array_equal(255 - view, 255 - ref) and np.array_equal(view > 100, ref > 100)
+    assert view.mean() == ref.mean() and view.astype(np.float32).dtype == np.float32
+    assert np.array_equal(pickle.loads(pickle.dumps(view)), ref)
+    assert copy.deepcopy(view) is view and copy.copy(view) is view
+    with pytest.raises(AttributeError):
+        view.shape = (1, 1, 3)
+    again, _ = env.reset(options={"stimulus_id": "p1"})
+    other, _ = env.reset(options={"stimulus_id": "p0"})
+    assert again["image"] == view and again["image"] is not view and other["image"] != view
+    assert encoded_image(view).url == png_data_url(view)
+
+
+def test_every_file_backed_first_view_is_a_view_and_a_drawn_one_an_array(tmp_path: Path) -> None:
+    """The type does not depend on the file: a source that is not sendable as stored (a JPEG
+    here) is a view as well, encoded by backends as before."""
+    ds = make_tiny_dataset(tmp_path / "d")
+    path = ds.image_path(ds["four"])
+    with Image.open(path) as im:
+        im.convert("RGB").save(path.with_suffix(".jpg"), quality=95)
+    stims = [s.model_copy(update={"image": "images/four.jpg"}) if s.id == "four" else s for s in ds]
+    write_manifest(tmp_path / "d", stims)
+    ds = Dataset(tmp_path / "d")
+    env = CountImageEnv(ds, tools=("tag",))
+    obs, _ = env.reset(options={"stimulus_id": "four"})
+    assert isinstance(obs["image"], StoredView)
+    assert originals.original_of(obs["image"]).source_png is None
+    url = png_data_url(obs["image"])
+    assert np.array_equal(backend_base.decode_data_url(url), _file_pixels(path.with_suffix(".jpg")))
+    obs, *_ = env.step({"tool": "tag", "points": [[100, 100]]})
+    assert isinstance(obs["image"], np.ndarray)
+
+
+def test_envs_pass_check_env_and_vector_envs_carry_the_pixels(tmp_path: Path) -> None:
+    from gymnasium.utils.env_checker import check_env
+
+    ds = _photos(tmp_path / "p")
+    check_env(CountImageEnv(ds, tools=("tag",)), skip_render_check=True)
+    vec = gym.vector.AsyncVectorEnv([lambda: CountImageEnv(ds, tools=("tag",))] * 2)
+    try:
+        obs, _ = vec.reset(seed=0, options={"stimulus_id": "p1"})
+        assert all(np.array_equal(np.asarray(img), _file_pixels(ds.image_path(ds["p1"]))) for img in obs["image"])
+    finally:
+        vec.close()
+
+
+def test_counterfactual_first_view_is_a_view_of_the_shared_image(tmp_path: Path) -> None:
+    from countgym.scenes.counterfactual.generator import make_countercount
+
+    ds = Dataset(make_countercount(tmp_path / "cc", limit=2, progress=False))
+    env = CounterCountEnv(ds)
+    sid = ds.ids()[0]
+    obs, _ = env.reset(options={"stimulus_id": sid})
+    assert isinstance(obs["image"], StoredView)
+    assert np.array_equal(np.asarray(obs["image"]), _file_pixels(ds.image_path(ds[sid])))
+    final, *_ = env.step("3")
+    assert final["image"] == obs["image"]
