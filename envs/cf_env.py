@@ -315,7 +315,7 @@ class CounterCountEnv(gym.Env):
     ## Observation Space
     | key      | space         | content                                                   |
     |----------|---------------|-----------------------------------------------------------|
-    | image    | ImageSpace    | uint8 H x W x 3 (blurred outside the attribute box if on) |
+    | image    | ImageSpace    | uint8 H x W x 3 (blurred outside the attribute box if on); a ``StoredView`` (``countgym.envs.stored_view``, decoded when read) for a stimulus read from a file |
     | text     | MessageSpace  | the question (MCQ or OE, optional cue, generic name)       |
     | region   | MaskSpace     | Mask-BB of the shown image; only with ``expose_region``    |
 
@@ -346,7 +346,8 @@ class CounterCountEnv(gym.Env):
     ``model``, ``render_mode``.
 
     ## Version History
-    - v0: initial release.
+    - v0: initial release. ``image`` became a lazy ``StoredView`` (same pixels once decoded)
+      for stimuli read from files.
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 1}

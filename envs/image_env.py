@@ -69,8 +69,12 @@ class CountImageEnv(gym.Env):
     ## Observation Space
     ``Dict(image=ImageSpace, text=MessageSpace, system=MessageSpace)``: the working image (or a
     crop view) as uint8 H x W x 3, the protocol message, and the system prompt (first
-    observation of the tool loop only; empty otherwise). Images vary in size, so Gymnasium's
-    flattening (``FlattenObservation``) refuses the space with a message saying so.
+    observation of the tool loop only; empty otherwise). Before anything is drawn, the image of
+    a stimulus read from a file is a ``StoredView`` (``countgym.envs.stored_view``): the same
+    pixels, decoded only when read (``np.asarray``, indexing, any array attribute), so that a
+    backend sends a source file that already is the model's PNG without decoding it. Images
+    vary in size, so Gymnasium's flattening (``FlattenObservation``) refuses the space with a
+    message saying so.
 
     ## Rewards
     ``reward="exact"`` (default): 1 for a correct final answer, else 0; ``"neg_abs_error"``;
@@ -111,7 +115,8 @@ class CountImageEnv(gym.Env):
     episode record).
 
     ## Version History
-    - v0: initial release.
+    - v0: initial release. The first observation's ``image`` became a lazy ``StoredView``
+      (same pixels once decoded) for stimuli read from files.
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 1}
