@@ -73,7 +73,7 @@ class Original:
     """A stimulus image as every episode starts from it."""
 
     __slots__ = ("stored_size", "size", "mode", "key", "source_png", "_image", "_pixels", "_runs", "_png", "_lock",
-                 "__weakref__")
+                 "_runs_tried", "__weakref__")
 
     def __init__(self, image: Image.Image, stored_size: tuple[int, int], key: tuple[Any, ...] | None,
                  source: bytes | None = None) -> None:
@@ -96,6 +96,7 @@ class Original:
         self._runs = _pack_runs(view) if self._image is None else None
         self._pixels: np.ndarray | None = None if self._runs is not None else view
         self._lock = threading.Lock()
+        self._runs_tried = True
 
     @classmethod
     def from_sent_png(cls, png: bytes, size: tuple[int, int], key: tuple[Any, ...]) -> Original:
@@ -107,6 +108,7 @@ class Original:
         self.mode, self.key, self.source_png = "RGB", key, png
         self._png, self._image, self._runs, self._pixels = png, None, None, None
         self._lock = threading.Lock()
+        self._runs_tried = False
         return self
 
     @property
@@ -167,7 +169,8 @@ class Original:
     def _keep_runs(self, pixels: np.ndarray) -> None:
         """Hold ``pixels`` as runs of equal bytes as well, when they are that compact (a battery
         image), so later draws expand them instead of decoding the PNG again."""
-        if self._runs is None and self._image is None:
+        if self._runs is None and self._image is None and not self._runs_tried:
+            self._runs_tried = True  # a photograph: its runs never fit, do not look again
             runs = _pack_runs(pixels)
             if runs is not None:
                 with self._lock:
