@@ -166,15 +166,16 @@ class Original:
         out.flags.writeable = False
         return out
 
-    def _keep_runs(self, pixels: np.ndarray) -> None:
+    def _keep_runs(self, pixels: np.ndarray) -> bool:
         """Hold ``pixels`` as runs of equal bytes as well, when they are that compact (a battery
-        image), so later draws expand them instead of decoding the PNG again."""
+        image), so later draws expand them instead of decoding the PNG again. Whether it does."""
         if self._runs is None and self._image is None and not self._runs_tried:
             self._runs_tried = True  # a photograph: its runs never fit, do not look again
             runs = _pack_runs(pixels)
             if runs is not None:
                 with self._lock:
                     self._runs = runs
+        return self._runs is not None
 
 
 class LazyImage:
@@ -365,7 +366,8 @@ def _decoded(original: Original) -> np.ndarray:
     with Image.open(io.BytesIO(png)) as im:
         pixels = np.asarray(im.convert("RGB") if im.mode != "RGB" else im)
     pixels.flags.writeable = False
-    original._keep_runs(pixels)
+    if original._keep_runs(pixels):
+        return pixels  # held as runs from now on: expanding them is cheaper than a cache entry
     with _LOCK:
         _DECODED[key] = pixels
         total = sum(a.nbytes for a in _DECODED.values())
