@@ -1,7 +1,7 @@
 """What the dataset cache holds, and cleaning it (``countgym cache``, ``countgym cache clean``).
 
 Entries are the builds in ``cache_root()`` and in the derived cache's folders (``transforms/``,
-``photos/``, and ``fitted/`` as one entry). Only what carries countgym's marks
+``photos/``, and ``fitted/`` and ``sent/`` as one entry each). Only what carries countgym's marks
 (``cache_marks``) is an entry; anything else in a root is not listed and never removed. Each is:
 
 - ``complete``: a finished build (it has ``manifest.jsonl``);
@@ -32,7 +32,7 @@ from .cache_marks import (
     FLAT_KINDS,
     ROOT_MARKER,
     ensure_root,
-    fitted_file,
+    flat_file,
     has_build_marker,
     is_lock_file,
     is_marked_root,
@@ -120,7 +120,7 @@ def unmarked_roots() -> list[Path]:
 def _flat_entry(kind: Path) -> CacheEntry | None:
     if not has_build_marker(kind):
         return None
-    files = tuple(q for q in sorted(kind.iterdir()) if q.is_file() and not q.is_symlink() and fitted_file(q.name))
+    files = tuple(q for q in sorted(kind.iterdir()) if q.is_file() and not q.is_symlink() and flat_file(q.name))
     return CacheEntry(kind, "complete", sum(q.stat().st_size for q in files), len(files), files)
 
 
@@ -131,8 +131,8 @@ def cache_entries(roots: Iterable[Path] | None = None) -> list[CacheEntry]:
     if roots is None:
         derived = derived_cache_root()
         # The derived cache keeps one folder per kind (transforms/, photos/): each is a root,
-        # except a kind that holds plain files (fitted/: resized copies of large sources), which
-        # is one entry.
+        # except a kind that holds plain files (fitted/: resized copies of large sources; sent/:
+        # records of checked source PNGs), which is one entry.
         kinds = ([derived / k for k in DERIVED_KINDS if (derived / k).is_dir() and not (derived / k).is_symlink()]
                  if derived.is_dir() else [])
         roots = [cache_root(), *(k for k in kinds if k.name not in FLAT_KINDS)]
@@ -222,7 +222,7 @@ def _still_countgyms(e: CacheEntry) -> bool:
 def _remove(e: CacheEntry) -> None:
     if e.files:
         for f in e.files:
-            if fitted_file(f.name) and not f.is_symlink():
+            if flat_file(f.name) and not f.is_symlink():
                 f.unlink(missing_ok=True)
         return
     if e.path.is_dir() and not e.path.is_symlink():

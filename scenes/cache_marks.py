@@ -30,9 +30,11 @@ ROOT_TEXT = ("This folder is a countgym dataset cache. `countgym cache clean` re
              "in it that carry a .countgym-build file.\n")
 BUILD_TEXT = "a countgym build (countgym cache clean may remove this folder)\n"
 
-DERIVED_KINDS = ("transforms", "photos", "fitted")
-"""The folders of the derived cache: each holds builds, except ``fitted`` (plain files)."""
-FLAT_KINDS = ("fitted",)
+DERIVED_KINDS = ("transforms", "photos", "fitted", "sent")
+"""The folders of the derived cache: each holds builds, except ``fitted`` and ``sent`` (plain
+files: fitted copies of large sources; empty files recording a source PNG whose pixel stream
+``countgym.envs.originals.png_as_sent`` checked)."""
+FLAT_KINDS = ("fitted", "sent")
 
 _BATTERY_NAME = re.compile(
     r"(?:dotarrays(?:-main|-xl)?|lattice|countercount|countvideo)-v\d+(?:-[A-Za-z0-9x]+)*|countvideo-released-[0-9a-f]{10}"
@@ -43,11 +45,18 @@ _DERIVED_NAME = re.compile(r"[A-Za-z0-9.+-]+-[0-9a-f]{4,64}")
 """Names of derived builds (``dotarrays-rotate180-0123456789ab``, ``fsc147-v1-0123456789ab``)."""
 _FITTED_FILE = re.compile(r"[0-9a-f]{40}\.png")
 _FITTED_TMP = re.compile(r"\.[0-9a-f]{40}\.png\.\d+\.\d+\.tmp")
+_SENT_FILE = re.compile(r"[0-9a-f]{40}")
 
 
 def fitted_file(name: str) -> bool:
     """Whether ``name`` is a fitted copy (or its temp file) that countgym writes in ``fitted/``."""
     return bool(_FITTED_FILE.fullmatch(name) or _FITTED_TMP.fullmatch(name))
+
+
+def flat_file(name: str) -> bool:
+    """Whether ``name`` is a plain file countgym writes in a folder of ``FLAT_KINDS``: a fitted
+    copy (or its temp file), or a record of a checked pixel stream."""
+    return fitted_file(name) or bool(_SENT_FILE.fullmatch(name))
 
 
 def target_name(name: str) -> str:
@@ -116,7 +125,7 @@ def _adoptable_derived(root: Path) -> bool:
         for entry in kind.iterdir():
             if kind.name in FLAT_KINDS:
                 ok = (entry.is_file() and not entry.is_symlink()
-                      and (fitted_file(entry.name) or entry.name == BUILD_MARKER))
+                      and (flat_file(entry.name) or entry.name == BUILD_MARKER))
             else:
                 ok = _legacy(entry, _DERIVED_NAME)
             if not ok:
@@ -194,5 +203,5 @@ def ensure_root(root: Path, *, derived: Path | None = None) -> bool:
 
 __all__ = [
     "BUILD_MARKER", "DERIVED_KINDS", "FLAT_KINDS", "LOCK_TEXT", "ROOT_MARKER", "adoptable", "ensure_root",
-    "fitted_file", "has_build_marker", "is_lock_file", "is_marked_root", "mark_build", "target_name",
+    "fitted_file", "flat_file", "has_build_marker", "is_lock_file", "is_marked_root", "mark_build", "target_name",
 ]

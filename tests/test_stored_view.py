@@ -236,3 +236,26 @@ def test_counterfactual_first_view_is_a_view_of_the_shared_image(tmp_path: Path)
     assert np.array_equal(np.asarray(obs["image"]), _file_pixels(ds.image_path(ds[sid])))
     final, *_ = env.step("3")
     assert final["image"] == obs["image"]
+
+
+def test_the_records_of_checked_files_are_a_cache_entry_that_clean_removes(tmp_path: Path, monkeypatch, capsys) -> None:
+    from countgym.cli import main
+
+    monkeypatch.setenv("COUNTGYM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("COUNTGYM_DERIVED_CACHE", str(tmp_path / "cache" / "derived"))
+    ds = _photos(tmp_path / "p")
+    env = CountImageEnv(ds, tools=("tag",))
+    for sid in ds.ids():
+        _first_call(env, sid)
+    sent = tmp_path / "cache" / "derived" / "sent"
+    foreign = sent / "notes.txt"
+    foreign.write_text("a user's file")
+    assert main(["cache"]) == 0
+    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("  ")}
+    assert rows["sent"][1] == "complete" and "2 items" in " ".join(rows["sent"])
+    assert main(["cache", "clean", "--all"]) == 0
+    assert [p.name for p in sent.iterdir() if not p.name.startswith(".")] == ["notes.txt"]
+    counts = _counting(monkeypatch)
+    originals.clear()
+    _first_call(env, "p0")
+    assert counts["inflate"] == 1  # forgotten: checked again
