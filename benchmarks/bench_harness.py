@@ -42,6 +42,7 @@ CPU time is the figure to compare.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import math
@@ -51,6 +52,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -216,6 +218,21 @@ def _worker(kind: str, data: str, base_url: str, n_episodes: int, concurrency: i
     }
 
 
+@contextlib.contextmanager
+def _own_derived_cache(tmp: str | Path) -> Iterator[None]:
+    """Within the block the workers keep what they derive (fitted copies, records of checked
+    source files) in ``tmp``, not in the user's cache: every run starts from files never seen."""
+    old = os.environ.get("COUNTGYM_DERIVED_CACHE")
+    os.environ["COUNTGYM_DERIVED_CACHE"] = str(Path(tmp) / "derived")
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("COUNTGYM_DERIVED_CACHE", None)
+        else:
+            os.environ["COUNTGYM_DERIVED_CACHE"] = old
+
+
 def _run_json(cmd: list[str], timeout: float, cwd: Path | None = None) -> dict[str, Any]:
     env = dict(os.environ)
     if cmd[0] == sys.executable and os.environ.get("BENCH_WORKER_PYTHONPATH"):
@@ -277,7 +294,7 @@ def bench_harness(
     proc, base_url = _start_server(latency_s, nice=SERVER_NICE)
     trials: dict[str, list[dict[str, Any]]] = {}
     try:
-        with tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory() as tmp, _own_derived_cache(tmp):
             ds = _dataset(Path(tmp) / "data", images or n_episodes, size)
             args = [str(ds.root), base_url, str(n_episodes), str(concurrency), str(latency_s)]
             spec = _inspect_spec(ds, Path(tmp)) if ins_python is not None else None
@@ -313,7 +330,7 @@ def bench_harness_memory(concurrencies: tuple[int, ...] = (1, 64, 256), latency_
     proc, base_url = _start_server(latency_s, nice=SERVER_NICE)
     peaks: dict[int, float] = {}
     try:
-        with tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory() as tmp, _own_derived_cache(tmp):
             # One round of c episodes, each on its own stimulus: a dataset of exactly c images.
             roots = {c: _dataset(Path(tmp) / f"d{c}", c, size).root for c in concurrencies}
             for _ in range(repeats):
@@ -356,7 +373,6 @@ def bench_harness_sources(sizes: tuple[int, int] = (768, 2048), n_episodes: int 
     runs after it, as every later run over the same images pays."""
     proc, base_url = _start_server(latency_s, nice=SERVER_NICE)
     cpu: dict[int, list[float]] = {}
-    old_cache = os.environ.get("COUNTGYM_DERIVED_CACHE")
     small, big = sizes
 
     def run(root: Path) -> float:
@@ -365,18 +381,13 @@ def bench_harness_sources(sizes: tuple[int, int] = (768, 2048), n_episodes: int 
         return 1000 * r["cpu_s"] / max(r["n_calls"], 1)
 
     try:
-        with tempfile.TemporaryDirectory() as tmp:
-            os.environ["COUNTGYM_DERIVED_CACHE"] = str(Path(tmp) / "derived")
+        with tempfile.TemporaryDirectory() as tmp, _own_derived_cache(tmp):
             roots = {sz: _dataset(Path(tmp) / f"d{sz}", n_episodes, sz).root for sz in sizes}
             first_use = run(roots[big])
             for _ in range(repeats):
                 for sz in sizes:
                     cpu.setdefault(sz, []).append(run(roots[sz]))
     finally:
-        if old_cache is None:
-            os.environ.pop("COUNTGYM_DERIVED_CACHE", None)
-        else:
-            os.environ["COUNTGYM_DERIVED_CACHE"] = old_cache
         proc.terminate()
         proc.wait(timeout=10)
     med = {sz: float(np.median(v)) for sz, v in cpu.items()}
