@@ -28,7 +28,10 @@ dropped (without re-encoding), and a file with anything else beside its pixels (
 zlib stream, a stream larger than its pixels) is decoded and encoded afresh. Checking that costs
 one inflate of the pixels (bounded by their size) once per source file: a file that passed is
 recorded in the derived cache (``<countgym cache>/derived/sent``), so a later process checks its
-chunks only. Datasets written by countgym, and the fitted copies below, are such files.
+chunks only. Datasets written by countgym, and the fitted copies below, are such files. A clean
+8-bit three-component JPEG within the limit (a photo dataset's usual file) is held and sent the
+same way, as its own image data with its metadata segments cut out (``countgym.envs.jpeg_clean``,
+the rule for video frames): checking it is one pass over its bytes, no decode.
 
 Large sources (a 2048 px photo: about 45 ms to decode and 42 ms to fit to 1024 px) are fitted
 once per file, not once per episode: the fitted copy is kept as a PNG in the derived cache
@@ -54,6 +57,7 @@ import numpy as np
 from PIL import Image
 
 from countgym.envs.common import fit_long_side
+from countgym.envs.jpeg_clean import jpeg_parse
 from countgym.envs.render import render_working_image
 from countgym.envs.stored_view import StoredView
 
@@ -72,8 +76,8 @@ RUNS_MAX_BYTES = 256 * 1024
 class Original:
     """A stimulus image as every episode starts from it."""
 
-    __slots__ = ("stored_size", "size", "mode", "key", "source_png", "_image", "_pixels", "_runs", "_png", "_lock",
-                 "_runs_tried", "__weakref__")
+    __slots__ = ("stored_size", "size", "mode", "key", "sent", "sent_type", "_image", "_pixels", "_runs", "_png",
+                 "_lock", "_runs_tried", "__weakref__")
 
     def __init__(self, image: Image.Image, stored_size: tuple[int, int], key: tuple[Any, ...] | None,
                  source: bytes | None = None) -> None:
@@ -84,10 +88,13 @@ class Original:
         self.mode = image.mode
         self.key = key
         """What identifies the view's pixels (None: not cached)."""
-        self.source_png = png_as_sent(source, image.size) if source is not None and image.mode == "RGB" else None
-        """The pixel chunks of the file the image was decoded from, when it is a PNG of exactly
-        the view's pixels (``png_as_sent``: IHDR, IDAT and IEND, nothing else): sent instead of
-        an encoding of the view. Else None."""
+        self.sent = png_as_sent(source, image.size) if source is not None and image.mode == "RGB" else None
+        """The image data of the file the image was decoded from, when that file is what a model
+        is sent for the view (a PNG of exactly the view's pixels, ``png_as_sent``; a clean JPEG,
+        ``countgym.envs.jpeg_clean``; metadata cut out): sent instead of an encoding of the view.
+        Else None."""
+        self.sent_type = "image/png"
+        """The media type of ``sent``."""
         view = np.asarray(render_working_image(image))
         view.flags.writeable = False
         self._png: bytes | None = None
@@ -99,17 +106,22 @@ class Original:
         self._runs_tried = True
 
     @classmethod
-    def from_sent_png(cls, png: bytes, size: tuple[int, int], key: tuple[Any, ...]) -> Original:
-        """An RGB original held only as ``png`` (what ``png_as_sent`` accepted from its source
-        file, ``size`` its width and height): nothing is decoded until an episode draws or a
-        policy reads the pixels."""
+    def from_sent(cls, data: bytes, media_type: str, size: tuple[int, int], key: tuple[Any, ...]) -> Original:
+        """An RGB original held only as ``data``, the image data of its source file that a model
+        is sent (``media_type`` ``image/png`` or ``image/jpeg``; ``size`` its width and height):
+        nothing is decoded until an episode draws or a policy reads the pixels."""
         self = cls.__new__(cls)
         self.stored_size = self.size = (int(size[0]), int(size[1]))
-        self.mode, self.key, self.source_png = "RGB", key, png
-        self._png, self._image, self._runs, self._pixels = png, None, None, None
+        self.mode, self.key, self.sent, self.sent_type = "RGB", key, data, media_type
+        self._png, self._image, self._runs, self._pixels = data, None, None, None
         self._lock = threading.Lock()
         self._runs_tried = False
         return self
+
+    @property
+    def source_png(self) -> bytes | None:
+        """``sent`` when it is a PNG, else None."""
+        return self.sent if self.sent_type == "image/png" else None
 
     @property
     def view(self) -> np.ndarray:
@@ -132,7 +144,9 @@ class Original:
         return _decoded(self)
 
     def png(self) -> bytes | None:
-        """The view's lossless PNG, once a backend encoded it (``keep_encoded``)."""
+        """The bytes the view is held as: its lossless PNG once a backend encoded it
+        (``keep_encoded``), or the source file's image data it is sent as (``sent``: a PNG, or
+        a JPEG, whose decoded pixels the view is)."""
         return self._png
 
     def keep_encoded(self, png: bytes) -> None:
@@ -457,8 +471,8 @@ def derived_original(base: Original, variant: tuple[Any, ...], make: Any) -> Ori
                 _CACHE.move_to_end(key)
                 return hit
     entry = Original(make(base.image.copy()), base.stored_size, key)
-    if base.source_png is not None and base.png() is None:
-        base.keep_encoded(base.source_png)  # its own view may never be sent: hold its file, not its pixels
+    if base.sent is not None and base.png() is None:
+        base.keep_encoded(base.sent)  # its own view may never be sent: hold its file, not its pixels
     if key is not None:
         _keep(key, entry)
     return entry
@@ -488,6 +502,8 @@ def _load_as_sent(key: tuple[Any, ...], max_side: int) -> Original | bool | None
             data = f.read()
     except OSError:
         return None
+    if data[:2] == b"\xff\xd8":
+        return _jpeg_as_sent(data, key, max_side)
     if len(data) < 33 or not data.startswith(_PNG_SIGNATURE) or data[12:16] != b"IHDR":
         return None
     size = struct.unpack_from(">II", data, 16)
@@ -511,7 +527,22 @@ def _load_as_sent(key: tuple[Any, ...], max_side: int) -> Original | bool | None
             marker.touch()
         except OSError:  # a read-only cache: the stream is checked again in the next process
             pass
-    return Original.from_sent_png(png, size, key)
+    return Original.from_sent(png, "image/png", size, key)
+
+
+def _jpeg_as_sent(data: bytes, key: tuple[Any, ...], max_side: int) -> Original | None:
+    """The original of a clean 8-bit three-component JPEG within ``max_side``
+    (``countgym.envs.jpeg_clean``: its metadata segments and anything after EOI cut out, the
+    image data untouched, as for a video frame), held as those bytes; None for any other JPEG."""
+    parsed = jpeg_parse(data)
+    if parsed is None:
+        return None
+    spans, size = parsed
+    if not 1 <= min(size) <= max(size) <= max_side:
+        return None
+    view = memoryview(data)
+    sent = data if spans == [(0, len(data))] else b"".join(view[a:b] for a, b in spans)
+    return Original.from_sent(sent, "image/jpeg", size, key)
 
 
 _STREAMS_CHECKED: set[tuple[Any, ...]] = set()

@@ -3,10 +3,11 @@ when something reads its pixels.
 
 An image episode's first observation is the stimulus image with nothing drawn on it. For a source
 file that is already what a model is sent (a clean 8-bit RGB PNG within the long-side limit,
-``countgym.envs.originals.png_as_sent``), decoding it only to encode it again costs about 20
-times more CPU than reading the file and base64-encoding it, for the same pixels. So the first
+``countgym.envs.originals.png_as_sent``, or a clean JPEG, ``countgym.envs.jpeg_clean``),
+decoding it only to encode it again costs about 20 times more CPU than reading the file and
+base64-encoding it, for the same pixels. So the first
 observation's ``image`` is a ``StoredView`` of the shared ``Original``: a backend that sends data
-URLs sends the file's pixel chunks (``countgym.agents.backends.base.png_data_url``) and decodes
+URLs sends the file's image data (``countgym.agents.backends.base.png_data_url``) and decodes
 nothing; ``np.asarray(view)`` (or indexing it, or any array attribute) decodes the pixels, once
 per view, for a policy that reads them (a local model, a plug-in). The pixels are exactly those of
 the array the observation used to be, and they are read-only.

@@ -144,14 +144,40 @@ def test_a_source_with_colour_management_is_encoded_and_shows_the_same_pixels(
     assert np.array_equal(decode_data_url(url), obs["image"])
 
 
-def test_a_jpeg_source_is_encoded_losslessly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_clean_jpeg_source_is_sent_as_stored_without_its_metadata(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ds = make_tiny_dataset(tmp_path / "d")
+    path = ds.image_path(ds["four"])
+    exif = Image.Exif()
+    exif[0x010E] = "ground truth: 4 dots"  # ImageDescription
+    with Image.open(path) as im:
+        # The manifest's name stays; Pillow reads the bytes. Metadata a user's photo carries.
+        im.convert("RGB").save(path, format="JPEG", quality=90, exif=exif, comment=b"sk-live-TOKEN")
+    stored = path.read_bytes()
+    encodes = _no_encoding(monkeypatch)
+    obs, _ = CountImageEnv(ds, tools=("tag",)).reset(options={"stimulus_id": "four"})
+    url = png_data_url(obs["image"])
+    sent = base64.b64decode(url.partition(",")[2])
+    assert url.startswith("data:image/jpeg;base64,") and encodes == []
+    assert b"ground truth" not in sent and b"sk-live" not in sent and b"Exif" not in sent
+    assert stored.endswith(sent[-4096:])  # the image data itself, untouched
+    with Image.open(path) as im:
+        assert np.array_equal(decode_data_url(url), np.asarray(im.convert("RGB")))
+    assert np.array_equal(decode_data_url(url), obs["image"])
+
+
+@pytest.mark.parametrize("mode", ["L", "CMYK"])
+def test_a_jpeg_the_clean_cut_cannot_vouch_for_is_encoded_losslessly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
     ds = make_tiny_dataset(tmp_path / "d")
     path = ds.image_path(ds["four"])
     with Image.open(path) as im:
-        im.convert("RGB").save(path, format="JPEG")  # the manifest's name stays; Pillow reads the bytes
+        im.convert(mode).save(path, format="JPEG")
     encodes = _no_encoding(monkeypatch)
     obs, _ = CountImageEnv(ds, tools=("tag",)).reset(options={"stimulus_id": "four"})
-    assert np.array_equal(decode_data_url(png_data_url(obs["image"])), obs["image"]) and encodes == [1]
+    url = png_data_url(obs["image"])
+    assert url.startswith("data:image/png;base64,") and encodes == [1]
+    assert np.array_equal(decode_data_url(url), obs["image"])
 
 
 def test_a_large_source_is_sent_as_its_fitted_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -91,6 +91,21 @@ def test_a_first_call_decodes_nothing_and_sends_the_file_pixels(tmp_path: Path, 
     assert counts["decode"] == 2  # the view's pixels, then the reference read here
 
 
+def test_a_jpeg_photo_first_call_decodes_nothing_and_sends_its_image_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ds = _photos(tmp_path / "p")
+    path = ds.image_path(ds["p1"])
+    with Image.open(path) as im:
+        im.save(path, format="JPEG", quality=92)  # the manifest's name stays; Pillow reads the bytes
+    counts = _counting(monkeypatch)
+    env = CountImageEnv(ds, tools=("tag",))
+    obs, url = _first_call(env, "p1")
+    assert counts == {"decode": 0, "inflate": 0} and url.startswith("data:image/jpeg;base64,")
+    assert base64.b64decode(url.partition(",")[2]) == path.read_bytes()  # nothing to cut here
+    assert np.array_equal(np.asarray(obs["image"]), _file_pixels(path))
+    obs, *_ = env.step({"tool": "tag", "points": [[100, 100]]})  # draws on the same pixels
+    assert isinstance(obs["image"], np.ndarray) and obs["image"].shape == _file_pixels(path).shape
+
+
 def test_the_stream_check_is_once_per_file_and_again_after_an_edit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ds = _photos(tmp_path / "p")
     counts = _counting(monkeypatch)
@@ -193,21 +208,19 @@ def test_the_view_reads_as_the_array_it_replaced(tmp_path: Path) -> None:
 
 
 def test_every_file_backed_first_view_is_a_view_and_a_drawn_one_an_array(tmp_path: Path) -> None:
-    """The type does not depend on the file: a source that is not sendable as stored (a JPEG
-    here) is a view as well, encoded by backends as before."""
+    """The type does not depend on the file: a source that is not sendable as stored (a grey
+    PNG here) is a view as well, encoded by backends as before."""
     ds = make_tiny_dataset(tmp_path / "d")
     path = ds.image_path(ds["four"])
     with Image.open(path) as im:
-        im.convert("RGB").save(path.with_suffix(".jpg"), quality=95)
-    stims = [s.model_copy(update={"image": "images/four.jpg"}) if s.id == "four" else s for s in ds]
-    write_manifest(tmp_path / "d", stims)
-    ds = Dataset(tmp_path / "d")
+        im.convert("L").save(path)
     env = CountImageEnv(ds, tools=("tag",))
     obs, _ = env.reset(options={"stimulus_id": "four"})
     assert isinstance(obs["image"], StoredView)
-    assert originals.original_of(obs["image"]).source_png is None
+    assert originals.original_of(obs["image"]).sent is None
     url = png_data_url(obs["image"])
-    assert np.array_equal(backend_base.decode_data_url(url), _file_pixels(path.with_suffix(".jpg")))
+    assert url.startswith("data:image/png;base64,")
+    assert np.array_equal(backend_base.decode_data_url(url), _file_pixels(path))
     obs, *_ = env.step({"tool": "tag", "points": [[100, 100]]})
     assert isinstance(obs["image"], np.ndarray)
 

@@ -226,8 +226,9 @@ def _encode(image: np.ndarray | StoredView) -> bytes:
 def png_data_url(image: np.ndarray | StoredView | EncodedImage | StoredFrame) -> str:
     """The image as a base64 PNG data URL (lossless, ``encode_png``; cached per live array object,
     and per distinct unmarked view of a stimulus; a view drawn over one re-encodes only its
-    changed row bands; an unmarked view whose source file is already its PNG is that file,
-    ``countgym.envs.originals.png_as_sent``). A video frame held as its stored file
+    changed row bands; an unmarked view whose source file is already what a model is sent is that
+    file's image data, a PNG (``countgym.envs.originals.png_as_sent``) or a clean JPEG,
+    ``countgym.envs.jpeg_clean``). A video frame held as its stored file
     (``countgym.envs.frames.StoredFrame``: a clean JPEG or PNG, metadata cut out) is sent as those
     bytes, not re-encoded: the name says PNG for what this function makes, not for what it passes on.
 
@@ -247,10 +248,10 @@ def png_data_url(image: np.ndarray | StoredView | EncodedImage | StoredFrame) ->
     png: bytes | None = None
     if url is None:
         original = original_of(image) if view is not None else None
-        if original is not None and original.source_png is not None:
-            # The unmarked view of a source that is already its PNG: sent as it is.
-            png = original.source_png
-            url = data_url("image/png", png)
+        if original is not None and original.sent is not None:
+            # The unmarked view of a source that is already what a model is sent: sent as it is.
+            png = original.sent
+            url = data_url(original.sent_type, png)
         else:
             with cpu_slot():  # at most one encode per core (``countgym.cpu_slots``)
                 png = _encode(image)
