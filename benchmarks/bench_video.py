@@ -190,7 +190,8 @@ def bench_video_episode(videos: int = 4, size: tuple[int, int] = (1920, 1080), p
     saved as PNG with Pillow's defaults, which the environment sends as they are), each episode
     starting from its file as in a new process: once for files seen before (their pixel stream
     checked once and recorded in the derived cache), once for files never seen (that check
-    included). Each row is the fastest of ``passes`` passes over every item, interleaved with
+    included); and the same for the photos saved as JPEG (the verdict recorded is where the
+    file's metadata segments are). Each row is the fastest of ``passes`` passes over every item, interleaved with
     its floor."""
     import numpy as np
 
@@ -297,14 +298,16 @@ def bench_video_episode(videos: int = 4, size: tuple[int, int] = (1920, 1080), p
         try:
             for sid in pids:  # imports, first-use caches and each file's one check out of the timing
                 fresh(photo_call, seen=True)(sid)
-            fresh(jpeg_call, seen=True)(pids[0])
-            pe = pf = pn = je = jf = float("inf")
+            for sid in pids:
+                fresh(jpeg_call, seen=True)(sid)
+            pe = pf = pn = je = jf = jn = float("inf")
             for _ in range(passes):
                 pe = min(pe, _cpu_per(fresh(photo_call, seen=True), pids, 1))
                 pf = min(pf, _cpu_per(fresh(photo_floor, seen=True), pids, 1))
                 pn = min(pn, _cpu_per(fresh(photo_call, seen=False), pids, 1))
-                je = min(je, _cpu_per(fresh(jpeg_call, seen=False), pids, 1))
-                jf = min(jf, _cpu_per(fresh(jpeg_floor, seen=False), pids, 1))
+                je = min(je, _cpu_per(fresh(jpeg_call, seen=True), pids, 1))
+                jf = min(jf, _cpu_per(fresh(jpeg_floor, seen=True), pids, 1))
+                jn = min(jn, _cpu_per(fresh(jpeg_call, seen=False), pids, 1))
         finally:
             if saved_derived is None:
                 os.environ.pop("COUNTGYM_DERIVED_CACHE", None)
@@ -329,11 +332,19 @@ def bench_video_episode(videos: int = 4, size: tuple[int, int] = (1920, 1080), p
         kb = jds.image_path(jds[pids[0]]).stat().st_size / 1024
         rows.append({
             "name": f"photo episode first call CPU vs floor ({photos} JPEG sources, {photo_px} px, Pillow defaults, "
-                    f"{kb:.0f} kB; each file never seen)",
+                    f"{kb:.0f} kB; a new process, each file seen before)",
             "value": f"{je * 1000:.2f} ms per first call, floor {jf * 1000:.2f} ms: {je / jf:.2f}x",
             "target": "<= 2x the floor (read + base64 + request body)",
             "ok": je <= 2 * jf,
             "episode_cpu_ms": je * 1000,
+            "floor_cpu_ms": jf * 1000,
+        })
+        rows.append({
+            "name": "photo episode first call, JPEG, the first use ever of each file (its segments found by reading "
+                    "every byte)",
+            "value": f"{jn * 1000:.2f} ms per first call: {jn / jf:.2f}x the floor",
+            "target": "- (once per file: later processes read the verdict from the derived cache)",
+            "episode_cpu_ms": jn * 1000,
             "floor_cpu_ms": jf * 1000,
         })
     return rows

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Literal
@@ -462,9 +463,7 @@ class CountImageEnv(gym.Env):
             return ""
         s = stimulus or self.stimulus
         assert s is not None
-        if self.protocol == "native":
-            return nt.system_prompt(s.obj, s.obj_sing, self.tools, self.budget)
-        return tpl.system_prompt(s.obj, s.obj_sing, self.tools, self.budget)
+        return _system_prompt(self.protocol == "native", s.obj, s.obj_sing, self.tools, self.budget)
 
     def _first_text(self, stimulus: Stimulus | None = None) -> str:
         s = stimulus or self.stimulus
@@ -595,6 +594,15 @@ class CountImageEnv(gym.Env):
         if self._truth_points is None:
             return s
         return s.model_copy(update={"points": [tuple(p) for p in self._truth_points.tolist()]})
+
+
+@functools.lru_cache(maxsize=1024)
+def _system_prompt(native: bool, obj: str, obj_sing: str, tools: tuple[str, ...], budget: int) -> str:
+    """The tool-loop system prompt (a pure function of its arguments, formatted once: an
+    environment is made per episode, and the template fills in about a dozen fields)."""
+    if native:
+        return nt.system_prompt(obj, obj_sing, tools, budget)
+    return tpl.system_prompt(obj, obj_sing, tools, budget)
 
 
 def make_reward(fn: Callable[[EpisodeState, Stimulus], float]) -> RewardFn:

@@ -42,6 +42,7 @@ Where the cache cannot be written the fit is simply done again.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import os
@@ -498,22 +499,27 @@ def _load_as_sent(key: tuple[Any, ...], max_side: int) -> Original | bool | None
     the hash of the file's path, size, modification time and inode), so later episodes, in this
     process or another, check its chunks only."""
     try:
-        with open(key[0], "rb") as f:
-            data = f.read()
+        fd = os.open(key[0], os.O_RDONLY)
+        try:
+            data = os.read(fd, key[1] + 1)  # the size it had when stat'ed, or one byte more
+        finally:
+            os.close(fd)
     except OSError:
         return None
+    if len(data) != key[1]:
+        return None  # changed since: read as usual
     if data[:2] == b"\xff\xd8":
-        return _jpeg_as_sent(data, key, max_side)
+        return _jpeg_as_sent(data, key, max_side, _sent_record(key))
     if len(data) < 33 or not data.startswith(_PNG_SIGNATURE) or data[12:16] != b"IHDR":
         return None
     size = struct.unpack_from(">II", data, 16)
     if not 1 <= min(size) <= max(size) <= max_side or data[24:29] != b"\x08\x02\x00\x00\x00":
         return None
-    marker = _derived_path("sent", key)
+    marker = _sent_record(key)
     with _LOCK:
         known = key in _STREAMS_CHECKED
     if not known:
-        known = marker.is_file()
+        known = os.path.isfile(marker)
     png = png_as_sent(data, size, stream_checked=known)
     if png is None:
         return False
@@ -523,20 +529,35 @@ def _load_as_sent(key: tuple[Any, ...], max_side: int) -> Original | bool | None
         _STREAMS_CHECKED.add(key)
     if not known:
         try:
-            _derived_folder(marker.parent)
-            marker.touch()
+            _derived_folder(Path(marker).parent)
+            Path(marker).touch()
         except OSError:  # a read-only cache: the stream is checked again in the next process
             pass
     return Original.from_sent(png, "image/png", size, key)
 
 
-def _jpeg_as_sent(data: bytes, key: tuple[Any, ...], max_side: int) -> Original | None:
+def _jpeg_as_sent(data: bytes, key: tuple[Any, ...], max_side: int, record: str) -> Original | None:
     """The original of a clean 8-bit three-component JPEG within ``max_side``
     (``countgym.envs.jpeg_clean``: its metadata segments and anything after EOI cut out, the
-    image data untouched, as for a video frame), held as those bytes; None for any other JPEG."""
-    parsed = jpeg_parse(data)
+    image data untouched, as for a video frame), held as those bytes; None for any other JPEG.
+
+    Finding the segments reads every entropy-coded byte: the verdict (size and the byte spans
+    kept) is recorded in ``record`` (the derived cache's ``sent/``, beside the PNG records), and
+    a later process reads it instead while the file is unchanged."""
+    parsed = _read_jpeg_record(record, len(data))
     if parsed is None:
-        return None
+        parsed = jpeg_parse(data)
+        if parsed is None:
+            return None
+        folder, name = os.path.split(record)
+        tmp = os.path.join(folder, f".{name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        try:
+            _derived_folder(Path(folder))
+            numbers = [*parsed[1], *(i for span in parsed[0] for i in span)]
+            Path(tmp).write_text(" ".join(["jpeg", *map(str, numbers)]))
+            os.replace(tmp, record)
+        except OSError:  # a read-only cache: the next process parses it again
+            Path(tmp).unlink(missing_ok=True)
     spans, size = parsed
     if not 1 <= min(size) <= max(size) <= max_side:
         return None
@@ -545,8 +566,47 @@ def _jpeg_as_sent(data: bytes, key: tuple[Any, ...], max_side: int) -> Original 
     return Original.from_sent(sent, "image/jpeg", size, key)
 
 
+def _read_jpeg_record(record: str, length: int) -> tuple[list[tuple[int, int]], tuple[int, int]] | None:
+    """(spans, size) from a JPEG verdict ``_jpeg_as_sent`` recorded, or None when there is none
+    or it does not describe a file of ``length`` bytes (any doubt: parse the file again)."""
+    try:
+        fd = os.open(record, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        words = os.read(fd, 65536).decode("ascii").split()
+    except (OSError, UnicodeDecodeError):
+        return None
+    finally:
+        os.close(fd)
+    if len(words) < 5 or words[0] != "jpeg" or len(words) % 2 == 0 or not all(w.isdigit() for w in words[1:]):
+        return None
+    w, h, *ends = (int(x) for x in words[1:])
+    spans = list(zip(ends[::2], ends[1::2], strict=True))
+    if not all(0 <= a < b <= length for a, b in spans) or any(b > a2 for (_, b), (a2, _) in zip(spans, spans[1:])):
+        return None
+    return spans, (w, h)
+
+
 _STREAMS_CHECKED: set[tuple[Any, ...]] = set()
 """Source files whose pixel stream passed ``png_as_sent`` in this process."""
+
+
+def _sent_record(key: tuple[Any, ...]) -> str:
+    """Where the derived cache records what was checked of the source file ``key`` names (a
+    string path: this runs once per episode that starts from a file)."""
+    env = os.environ
+    folder = _sent_folder(env.get("COUNTGYM_DERIVED_CACHE"), env.get("COUNTGYM_CACHE"), env.get("HOME"))
+    return folder + hashlib.sha256(repr(key).encode()).hexdigest()[:40]
+
+
+@functools.lru_cache(maxsize=8)
+def _sent_folder(derived: str | None, cache: str | None, home: str | None) -> str:
+    """``<derived cache>/sent/`` for these values of ``COUNTGYM_DERIVED_CACHE``,
+    ``COUNTGYM_CACHE`` and ``HOME`` (what ``derived_cache_root`` reads)."""
+    from countgym.scenes.cache import derived_cache_root
+
+    return os.path.join(str(derived_cache_root()), "sent", "")
 
 
 def _derived_path(kind: str, key: tuple[Any, ...], suffix: str = "") -> Path:
@@ -574,9 +634,14 @@ def _derived_folder(folder: Path) -> None:
 
 def _standard_loader(dataset: Any) -> bool:
     """Whether ``dataset`` reads its images as countgym's ``Dataset`` does (not its own way)."""
+    return _standard_class(type(dataset))
+
+
+@functools.lru_cache(maxsize=64)
+def _standard_class(cls: type) -> bool:
     from countgym.stimulus import Dataset
 
-    return type(dataset).load_image is Dataset.load_image and type(dataset).read_image is Dataset.read_image
+    return cls.load_image is Dataset.load_image and cls.read_image is Dataset.read_image
 
 
 def _load_fitted(

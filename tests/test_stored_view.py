@@ -272,3 +272,30 @@ def test_the_records_of_checked_files_are_a_cache_entry_that_clean_removes(tmp_p
     originals.clear()
     _first_call(env, "p0")
     assert counts["inflate"] == 1  # forgotten: checked again
+
+
+def test_a_jpeg_verdict_is_recorded_once_and_a_bad_record_only_means_parsing_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ds = _photos(tmp_path / "p")
+    path = ds.image_path(ds["p0"])
+    exif = Image.Exif()
+    exif[0x010E] = "a label"
+    with Image.open(path) as im:
+        im.save(path, format="JPEG", quality=92, exif=exif)
+    parses: list[int] = []
+    real = originals.jpeg_parse
+    monkeypatch.setattr(originals, "jpeg_parse", lambda data: parses.append(1) or real(data))
+    env = CountImageEnv(ds, tools=("tag",))
+    _, first = _first_call(env, "p0")
+    records = [p for p in (tmp_path / "derived" / "sent").iterdir() if not p.name.startswith(".")]
+    assert parses == [1] and len(records) == 1
+    for record_text, expect_parses in ((None, 1), ("jpeg 96 96 0 999999999", 2), ("garbage", 3)):
+        if record_text is not None:
+            records[0].write_text(record_text)
+        originals.clear()  # as a new process
+        backend_base._VIEW_URLS.clear()
+        obs, url = _first_call(env, "p0")
+        assert len(parses) == expect_parses and url == first  # the same bytes, metadata cut
+    assert b"a label" not in base64.b64decode(first.partition(",")[2])
+    assert np.array_equal(np.asarray(obs["image"]), _file_pixels(path))
