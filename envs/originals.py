@@ -583,7 +583,7 @@ def _read_jpeg_record(record: str, length: int) -> tuple[list[tuple[int, int]], 
         return None
     w, h, *ends = (int(x) for x in words[1:])
     spans = list(zip(ends[::2], ends[1::2], strict=True))
-    if not all(0 <= a < b <= length for a, b in spans) or any(b > a2 for (_, b), (a2, _) in zip(spans, spans[1:])):
+    if not all(0 <= a < b <= length for a, b in spans) or any(b > a2 for (_, b), (a2, _) in zip(spans, spans[1:], strict=False)):
         return None
     return spans, (w, h)
 
@@ -634,14 +634,18 @@ def _derived_folder(folder: Path) -> None:
 
 def _standard_loader(dataset: Any) -> bool:
     """Whether ``dataset`` reads its images as countgym's ``Dataset`` does (not its own way)."""
-    return _standard_class(type(dataset))
+    cls = type(dataset)
+    known = _STANDARD.get(cls)
+    if known is None:
+        from countgym.stimulus import Dataset
+
+        known = _STANDARD[cls] = cls.load_image is Dataset.load_image and cls.read_image is Dataset.read_image
+    return known
 
 
-@functools.lru_cache(maxsize=64)
-def _standard_class(cls: type) -> bool:
-    from countgym.stimulus import Dataset
-
-    return cls.load_image is Dataset.load_image and cls.read_image is Dataset.read_image
+_STANDARD: dict[type, bool] = {}
+"""Dataset classes and whether they read images as ``Dataset`` does (a class's methods are set
+when it is defined)."""
 
 
 def _load_fitted(
