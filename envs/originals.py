@@ -31,7 +31,8 @@ recorded in the derived cache (``<countgym cache>/derived/sent``), so a later pr
 chunks only. Datasets written by countgym, and the fitted copies below, are such files. A clean
 8-bit three-component JPEG within the limit (a photo dataset's usual file) is held and sent the
 same way, as its own image data with its metadata segments cut out (``countgym.envs.jpeg_clean``,
-the rule for video frames): checking it is one pass over its bytes, no decode.
+the rule for video frames): checking it is one pass over its bytes, no decode, and where its
+segments are is recorded in ``sent/`` too.
 
 Large sources (a 2048 px photo: about 45 ms to decode and 42 ms to fit to 1024 px) are fitted
 once per file, not once per episode: the fitted copy is kept as a PNG in the derived cache

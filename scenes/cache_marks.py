@@ -32,8 +32,8 @@ BUILD_TEXT = "a countgym build (countgym cache clean may remove this folder)\n"
 
 DERIVED_KINDS = ("transforms", "photos", "fitted", "sent")
 """The folders of the derived cache: each holds builds, except ``fitted`` and ``sent`` (plain
-files: fitted copies of large sources; empty files recording a source PNG whose pixel stream
-``countgym.envs.originals.png_as_sent`` checked)."""
+files: fitted copies of large sources; small files recording a source file checked before it
+was first sent as stored, ``countgym.envs.originals``)."""
 FLAT_KINDS = ("fitted", "sent")
 
 _BATTERY_NAME = re.compile(
@@ -55,7 +55,7 @@ def fitted_file(name: str) -> bool:
 
 def flat_file(name: str) -> bool:
     """Whether ``name`` is a plain file countgym writes in a folder of ``FLAT_KINDS``: a fitted
-    copy (or its temp file), or a record of a checked pixel stream."""
+    copy (or its temp file), or a record of a checked source file."""
     return fitted_file(name) or bool(_SENT_FILE.fullmatch(name))
 
 
