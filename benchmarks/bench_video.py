@@ -263,23 +263,20 @@ def bench_video_episode(videos: int = 4, size: tuple[int, int] = (1920, 1080), p
         pids = pds.ids()
         saved_derived = os.environ.get("COUNTGYM_DERIVED_CACHE")
 
-        def photo_call(sid: str) -> None:
-            obs, _ = penv.reset(options={"stimulus_id": sid})
-            parts = [{"type": "image_url", "image_url": {"url": png_data_url(obs["image"])}},
-                     {"type": "text", "text": str(obs["text"])}]
-            request_body("openai/m", [{"role": "user", "content": parts}], {"max_tokens": 1024})
+        def first_call(env: Any) -> Any:
+            """An episode's reset and its first request body, as the direct transport builds it."""
+            def call(sid: str) -> None:
+                obs, _ = env.reset(options={"stimulus_id": sid})
+                parts = [{"type": "image_url", "image_url": {"url": png_data_url(obs["image"])}},
+                         {"type": "text", "text": str(obs["text"])}]
+                request_body("openai/m", [{"role": "user", "content": parts}], {"max_tokens": 1024})
+            return call
 
-        def photo_floor(sid: str) -> None:
-            _floor_body([pds.image_path(pds[sid])], "How many dots?", "image/png")
+        def floor_of(ds: Any, media_type: str) -> Any:
+            return lambda sid: _floor_body([ds.image_path(ds[sid])], "How many dots?", media_type)
 
-        def jpeg_call(sid: str) -> None:
-            obs, _ = jenv.reset(options={"stimulus_id": sid})
-            parts = [{"type": "image_url", "image_url": {"url": png_data_url(obs["image"])}},
-                     {"type": "text", "text": str(obs["text"])}]
-            request_body("openai/m", [{"role": "user", "content": parts}], {"max_tokens": 1024})
-
-        def jpeg_floor(sid: str) -> None:
-            _floor_body([jds.image_path(jds[sid])], "How many dots?", "image/jpeg")
+        photo_call, jpeg_call = first_call(penv), first_call(jenv)
+        photo_floor, jpeg_floor = floor_of(pds, "image/png"), floor_of(jds, "image/jpeg")
 
         def fresh(fn: Any, *, seen: bool) -> Any:
             def run(sid: str) -> None:

@@ -379,8 +379,13 @@ def _decoded(original: Original) -> np.ndarray:
         pixels = original._pixels
         assert pixels is not None
         return pixels
-    with Image.open(io.BytesIO(png)) as im:
-        pixels = np.asarray(im.convert("RGB") if im.mode != "RGB" else im)
+    try:
+        with Image.open(io.BytesIO(png)) as im:
+            pixels = np.asarray(im.convert("RGB") if im.mode != "RGB" else im)
+    except (OSError, ValueError, SyntaxError) as e:  # a stored file whose data does not decode
+        from countgym.errors import UserError
+
+        raise UserError(f"cannot read image {key[0]}: {e}") from None
     pixels.flags.writeable = False
     if original._keep_runs(pixels):
         return pixels  # held as runs from now on: expanding them is cheaper than a cache entry

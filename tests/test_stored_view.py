@@ -299,3 +299,24 @@ def test_a_jpeg_verdict_is_recorded_once_and_a_bad_record_only_means_parsing_aga
         assert len(parses) == expect_parses and url == first  # the same bytes, metadata cut
     assert b"a label" not in base64.b64decode(first.partition(",")[2])
     assert np.array_equal(np.asarray(obs["image"]), _file_pixels(path))
+
+
+def test_a_jpeg_whose_data_does_not_decode_is_one_clear_error_when_read(tmp_path: Path) -> None:
+    """Its segments are sound, so it is sent as stored; reading its pixels says which file failed."""
+    from countgym.errors import UserError
+
+    ds = _photos(tmp_path / "p")
+    path = ds.image_path(ds["p0"])
+    with Image.open(path) as im:
+        im.save(path, format="JPEG", quality=92)
+    data = bytearray(path.read_bytes())
+    sof = data.find(b"\xff\xc0")
+    data[sof + 2 + 2 + 6 + 2] = 3  # the first component names quantization table 3, never defined
+    path.write_bytes(bytes(data))
+    env = CountImageEnv(ds, tools=("tag",))
+    obs, _ = env.reset(options={"stimulus_id": "p0"})
+    assert originals.original_of(obs["image"]).sent_type == "image/jpeg"
+    with pytest.raises(UserError, match="cannot read image .*p0"):
+        np.asarray(obs["image"])
+    with pytest.raises(UserError, match="cannot read image"):
+        env.step({"tool": "tag", "points": [[100, 100]]})
