@@ -56,7 +56,12 @@ ExtractedBy = Literal["rule", "parser", "judge", "typed", "none"]
 
 def utcnow() -> str:
     """Current UTC time as an ISO-8601 string."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
+    return iso_time(datetime.now(UTC))
+
+
+def iso_time(moment: datetime) -> str:
+    """``moment`` as the ISO-8601 string records carry (milliseconds, with its offset)."""
+    return moment.isoformat(timespec="milliseconds")
 
 
 def redact(options: dict[str, Any]) -> dict[str, Any]:

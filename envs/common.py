@@ -6,13 +6,14 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 from PIL import Image
 
 import countgym
-from countgym.logs import ArmSpec, EpisodeRecord, StepRecord, Truth, utcnow
+from countgym.logs import ArmSpec, EpisodeRecord, StepRecord, Truth, iso_time, utcnow
 from countgym.stimulus import Dataset
 
 
@@ -92,7 +93,7 @@ def new_episode(seed: int | None, options: dict[str, Any], **extra: Any) -> dict
         "seed": seed,
         "repeat": int(options.get("repeat", 0)),
         "episode_id": options.get("episode_id"),
-        "started_at": utcnow(),
+        "started_at": datetime.now(UTC),  # formatted when the record is built
         **extra,
     }
 
@@ -140,7 +141,7 @@ def build_record(
         truth=Truth(n=stim.n) if ended else None,
         countgym_version=countgym.__version__,
         template_hash=template_hash,
-        started_at=ep["started_at"],
+        started_at=iso_time(ep["started_at"]),
         finished_at=utcnow(),
     )
 

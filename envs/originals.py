@@ -51,13 +51,13 @@ import struct
 import threading
 import weakref
 import zlib
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from PIL import Image
 
+from countgym.bounded_cache import BoundedCache
 from countgym.envs.common import fit_long_side
 from countgym.envs.jpeg_clean import jpeg_parse
 from countgym.envs.render import render_working_image
@@ -160,6 +160,7 @@ class Original:
             if self._png is None:
                 self._png = png
                 self._pixels = None
+        _CACHE.resized(self.key, self)
 
     def held_bytes(self) -> int:
         """The memory this original holds: its pixels or its PIL image, its runs, its PNG."""
@@ -191,6 +192,8 @@ class Original:
             if runs is not None:
                 with self._lock:
                     self._runs = runs
+                if self.key is not None:
+                    _CACHE.resized(self.key, self)
         return self._runs is not None
 
 
@@ -234,9 +237,11 @@ class LazyImage:
         return getattr(self.load_image(), name)
 
 
-_CACHE: OrderedDict[tuple[Any, ...], Original] = OrderedDict()
+_CACHE: BoundedCache[tuple[Any, ...], Original] = BoundedCache(MAX_ENTRIES, HELD_BYTES, Original.held_bytes)
+"""The kept originals, by key (``MAX_ENTRIES``, ``HELD_BYTES``)."""
 _DRAWN: dict[int, Original] = {}
-_DECODED: OrderedDict[tuple[Any, ...], np.ndarray] = OrderedDict()
+_DECODED: BoundedCache[tuple[Any, ...], np.ndarray] = BoundedCache(2**62, DECODED_BYTES, lambda a: int(a.nbytes))
+"""Decoded views kept for the next draw, by key (``DECODED_BYTES``)."""
 _LOCK = threading.Lock()
 
 
@@ -344,7 +349,8 @@ def _one_stream_of_pixels(view: memoryview, idat: list[tuple[int, int]], size: t
 
 def _pack_runs(view: np.ndarray) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]] | None:
     """(byte values, run lengths, shape) of ``view``'s bytes in order, or None when the runs
-    would take more than ``RUNS_MAX_BYTES`` (a photograph)."""
+    would take more than ``RUNS_MAX_BYTES`` (a photograph) or more than the pixels themselves (a
+    small noisy image: five bytes a run)."""
     flat = np.ascontiguousarray(view).reshape(-1)
     if flat.size == 0:
         return None
@@ -352,7 +358,7 @@ def _pack_runs(view: np.ndarray) -> tuple[np.ndarray, np.ndarray, tuple[int, ...
     change[0] = True
     np.not_equal(flat[1:], flat[:-1], out=change[1:])
     starts = np.flatnonzero(change)
-    if starts.size * 5 > RUNS_MAX_BYTES:
+    if starts.size * 5 > min(RUNS_MAX_BYTES, flat.size):
         return None
     lengths = np.diff(np.append(starts, flat.size)).astype(np.uint32)
     return flat[starts], lengths, view.shape
@@ -369,11 +375,9 @@ def _decoded(original: Original) -> np.ndarray:
     """``original``'s pixels from its PNG, through the bounded cache of decoded views."""
     key = original.key
     assert key is not None
-    with _LOCK:
-        hit = _DECODED.get(key)
-        if hit is not None:
-            _DECODED.move_to_end(key)
-            return hit
+    hit = _DECODED.get(key)
+    if hit is not None:
+        return hit
     png = original.png()
     if png is None:  # encoded and decoded at once by another thread: the pixels are back
         pixels = original._pixels
@@ -389,11 +393,7 @@ def _decoded(original: Original) -> np.ndarray:
     pixels.flags.writeable = False
     if original._keep_runs(pixels):
         return pixels  # held as runs from now on: expanding them is cheaper than a cache entry
-    with _LOCK:
-        _DECODED[key] = pixels
-        total = sum(a.nbytes for a in _DECODED.values())
-        while total > DECODED_BYTES and len(_DECODED) > 1:
-            total -= _DECODED.popitem(last=False)[1].nbytes
+    _DECODED.put(key, pixels)
     return pixels
 
 
@@ -439,11 +439,9 @@ def load_original(dataset: Any, stimulus: Any, max_side: int) -> Original:
     except (OSError, AttributeError):
         key = None  # no file to key on: load it (a missing file raises its usual error there)
     if key is not None:
-        with _LOCK:
-            hit = _CACHE.get(key)
-            if hit is not None:
-                _CACHE.move_to_end(key)
-                return hit
+        hit = _CACHE.get(key)
+        if hit is not None:
+            return hit
         sent = _load_as_sent(key, max_side) if _standard_loader(dataset) else None
         if isinstance(sent, Original):
             _keep(key, sent)
@@ -472,11 +470,9 @@ def derived_original(base: Original, variant: tuple[Any, ...], make: Any) -> Ori
     Sent as a fresh encoding (it is not its source file), once per process while kept."""
     key = None if base.key is None else (*base.key, *variant)
     if key is not None:
-        with _LOCK:
-            hit = _CACHE.get(key)
-            if hit is not None:
-                _CACHE.move_to_end(key)
-                return hit
+        hit = _CACHE.get(key)
+        if hit is not None:
+            return hit
     entry = Original(make(base.image.copy()), base.stored_size, key)
     if base.sent is not None and base.png() is None:
         base.keep_encoded(base.sent)  # its own view may never be sent: hold its file, not its pixels
@@ -487,11 +483,7 @@ def derived_original(base: Original, variant: tuple[Any, ...], make: Any) -> Ori
 
 def _keep(key: tuple[Any, ...], entry: Original) -> None:
     """Cache ``entry`` under ``key``, dropping the oldest beyond ``MAX_ENTRIES`` or ``HELD_BYTES``."""
-    with _LOCK:
-        _CACHE[key] = entry
-        held = sum(e.held_bytes() for e in _CACHE.values())
-        while len(_CACHE) > 1 and (len(_CACHE) > MAX_ENTRIES or held > HELD_BYTES):
-            held -= _CACHE.popitem(last=False)[1].held_bytes()
+    _CACHE.put(key, entry)
 
 
 def _load_as_sent(key: tuple[Any, ...], max_side: int) -> Original | bool | None:
@@ -580,18 +572,19 @@ def _read_jpeg_record(record: str, length: int) -> tuple[list[tuple[int, int]], 
     except OSError:
         return None
     try:
-        words = os.read(fd, 65536).decode("ascii").split()
-    except (OSError, UnicodeDecodeError):
+        kind, *words = os.read(fd, 65536).split()
+        numbers = [int(w) for w in words if w.isdigit()]  # bytes.isdigit: ASCII digits only
+    except (OSError, ValueError):
         return None
     finally:
         os.close(fd)
-    if len(words) < 5 or words[0] != "jpeg" or len(words) % 2 == 0 or not all(w.isdigit() for w in words[1:]):
+    if kind != b"jpeg" or len(numbers) != len(words) or len(numbers) < 4 or len(numbers) % 2:
         return None
-    w, h, *ends = (int(x) for x in words[1:])
-    spans = list(zip(ends[::2], ends[1::2], strict=True))
-    if not all(0 <= a < b <= length for a, b in spans) or any(b > a2 for (_, b), (a2, _) in zip(spans, spans[1:], strict=False)):
+    w, h, *ends = numbers
+    # Spans in order, none empty, none overlapping, all within the file.
+    if ends != sorted(ends) or ends[-1] > length or not all(a < b for a, b in zip(ends[::2], ends[1::2], strict=True)):
         return None
-    return spans, (w, h)
+    return list(zip(ends[::2], ends[1::2], strict=True)), (w, h)
 
 
 _STREAMS_CHECKED: set[tuple[Any, ...]] = set()

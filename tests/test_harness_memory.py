@@ -100,7 +100,7 @@ def test_a_photo_view_is_held_as_its_png_once_encoded_and_draws_the_same_pixels(
 
 def test_decoded_views_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ds = _noise_dataset(tmp_path / "n")
-    monkeypatch.setattr(originals, "DECODED_BYTES", 300 * 400 * 3 + 1)
+    monkeypatch.setattr(originals._DECODED, "max_size", 300 * 400 * 3 + 1)
     for sid in ds.ids():
         obs, _ = CountImageEnv(ds, tools=("tag",)).reset(options={"stimulus_id": sid})
         png_data_url(obs["image"])
@@ -180,3 +180,14 @@ def test_png_round_trip_of_the_kept_view_is_lossless(tmp_path: Path) -> None:
     png = originals.original_of(obs["image"]).png()
     with Image.open(io.BytesIO(png)) as im:
         assert np.array_equal(np.asarray(im.convert("RGB")), obs["image"])
+
+
+def test_runs_never_hold_more_than_the_pixels() -> None:
+    """Runs of equal bytes take five bytes a run: a small noisy image is held as its pixels."""
+    noise = np.random.default_rng(0).integers(0, 255, (96, 128, 3), dtype=np.uint8)
+    assert originals._pack_runs(noise) is None
+    flat = np.zeros((96, 128, 3), dtype=np.uint8)
+    flat[40:60, 50:80] = (200, 30, 30)
+    runs = originals._pack_runs(flat)
+    assert runs is not None and runs[0].nbytes + runs[1].nbytes < flat.nbytes
+    assert np.array_equal(originals._unpack_runs(*runs), flat)

@@ -22,6 +22,7 @@ import numpy as np
 from PIL import Image
 
 from countgym.agents.backends.png_bands import encode_png_over
+from countgym.bounded_cache import BoundedCache
 from countgym.cpu_slots import cpu_slot
 from countgym.dataurl import data_url
 from countgym.envs.actions import Reply
@@ -162,9 +163,7 @@ _PNG_CACHE: dict[int, str] = {}
 _PNG_LOCK = threading.Lock()
 # Content-addressed by provenance: the encodings of the environments' shared unmarked views
 # (``countgym.envs.originals.view_key``), so each distinct view is encoded once per process.
-_VIEW_URLS: dict[tuple[Any, ...], str] = {}
-_MAX_VIEW_URLS = 1024
-_VIEW_URL_CHARS = 64 * 2**20
+_VIEW_URLS: BoundedCache[tuple[Any, ...], str] = BoundedCache(1024, 64 * 2**20, len)
 """The view encodings kept, at most: entries and characters in all (a paper's CounterCount cells
 show the same 214 images one cell after another; a 768 px photo's PNG is about 1 MB)."""
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -243,8 +242,7 @@ def png_data_url(image: np.ndarray | StoredView | EncodedImage | StoredFrame) ->
     if hit is not None:
         return hit
     view = view_key(image)
-    with _PNG_LOCK:
-        url = _VIEW_URLS.get(view) if view is not None else None
+    url = _VIEW_URLS.get(view) if view is not None else None
     png: bytes | None = None
     if url is None:
         original = original_of(image) if view is not None else None
@@ -257,11 +255,7 @@ def png_data_url(image: np.ndarray | StoredView | EncodedImage | StoredFrame) ->
                 png = _encode(image)
                 url = data_url("image/png", png)
         if view is not None:
-            with _PNG_LOCK:
-                _VIEW_URLS[view] = url
-                chars = sum(len(u) for u in _VIEW_URLS.values())
-                while len(_VIEW_URLS) > 1 and (len(_VIEW_URLS) > _MAX_VIEW_URLS or chars > _VIEW_URL_CHARS):
-                    chars -= len(_VIEW_URLS.pop(next(iter(_VIEW_URLS))))
+            _VIEW_URLS.put(view, url)
     if view is not None and (original := original_of(image)) is not None and original.png() is None:
         # The shared original now holds this PNG instead of its pixels while episodes wait.
         original.keep_encoded(png if png is not None else base64.b64decode(url.partition(",")[2]))
