@@ -4,6 +4,12 @@ Every statistic here is a ratio of sums over items, ``sum(num[idx]) / sum(den[id
 (``den = 1``), a mean over a subset (``den`` = membership, e.g. MAE over answered items) or a
 rate per ground-truth object. Resampling draws items with replacement; resamples whose
 denominator is zero (say, no answered item) have no value and are left out of the percentiles.
+
+Items are resampled in a canonical order (``canonical_order``: sorted by their values), not in the
+order they arrive: logs list episodes in the order they finished, which concurrent runs change
+from one run to the next, and the same seed drawing the same indices over items in another order
+gives another interval. So an interval depends only on the items and the seed: the same episodes
+give the same interval, however they were logged.
 """
 
 from __future__ import annotations
@@ -47,6 +53,21 @@ def _check_ratio_arrays(num: np.ndarray, den: np.ndarray) -> None:
         )
 
 
+def canonical_order(*rows: np.ndarray) -> np.ndarray:
+    """The permutation that sorts items (columns of the 1-D or 2-D ``rows``, compared value by value,
+    first row first): items in this order depend only on their values, not on the order they came
+    in. Items that compare equal are interchangeable, so ties do not matter."""
+    keys = [r for row in rows for r in np.atleast_2d(np.asarray(row, dtype=float))]
+    if not keys:
+        return np.arange(0)
+    return np.lexsort(keys[::-1])  # lexsort's primary key is its last
+
+
+def canonical_values(values: np.ndarray) -> np.ndarray:
+    """``values`` sorted (1-D): resampling one sample of values in an order that depends only on them."""
+    return np.sort(np.asarray(values, dtype=float).ravel())
+
+
 def bootstrap_ratios(
     num: np.ndarray,
     den: np.ndarray,
@@ -57,11 +78,14 @@ def bootstrap_ratios(
     """Resampled ratios ``(k, n_resamples)`` for k statistics sharing the same n items.
 
     All k statistics use the same resampled index sets, so they stay jointly consistent.
-    NaN marks resamples with a zero denominator.
+    NaN marks resamples with a zero denominator. Items are resampled in ``canonical_order``: the
+    result does not depend on the order of the columns.
     """
     num = np.atleast_2d(np.asarray(num, dtype=float))
     den = np.atleast_2d(np.asarray(den, dtype=float))
     _check_ratio_arrays(num, den)
+    order = canonical_order(num, den)
+    num, den = num[:, order], den[:, order]
     _check_bootstrap_args(n_resamples, 0.5)
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     k, n = num.shape

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from .audit import AUDIT_LABELS
-from .bootstrap import ci_reason, percentile_interval
+from .bootstrap import canonical_values, ci_reason, percentile_interval
 from .summary import _audit_row
 
 POOLED_BATTERIES: tuple[str, ...] = ("dotarrays", "fsc147")
@@ -35,7 +35,7 @@ def median_ci(
 ) -> tuple[float, float, float]:
     """Median of ``values`` (NaN dropped) with a percentile bootstrap CI (resampling values)."""
     v = np.asarray(values, dtype=float)
-    v = v[~np.isnan(v)]
+    v = canonical_values(v[~np.isnan(v)])  # the interval does not depend on the values' order
     if not len(v):
         return float("nan"), float("nan"), float("nan")
     rng = np.random.default_rng(seed)

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from .bootstrap import canonical_values
 from .cf import cf_scores
 from .facets import MAX_SERIES, chunks, panel_title
 from .human import CF_HUMAN_LINES
@@ -44,6 +45,7 @@ def model_mean(scores: pd.DataFrame, column: str, *, n_resamples: int = 2000, se
     if len(v) < 2:
         return float(v.mean()), float("nan"), float("nan")
     rng = np.random.default_rng(seed)
+    v = canonical_values(v)  # the interval does not depend on the values' order
     means = v[rng.integers(0, len(v), size=(n_resamples, len(v)))].mean(axis=1)
     lo, hi = np.quantile(means, [0.025, 0.975])
     return float(v.mean()), float(lo), float(hi)

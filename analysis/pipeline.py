@@ -123,6 +123,9 @@ def compute_tables(
     )
     if episodes.empty:
         raise NoEpisodes("no episode records to audit")
+    # Rows in episode-id order, not log order (the order episodes finished in, which concurrent
+    # runs change): the same episodes give the same tables, to the last bit of every sum.
+    episodes = episodes.sort_values("episode_id", kind="stable", ignore_index=True)
     summary = summarize(
         episodes,
         by,

@@ -113,7 +113,8 @@ class PrincipleInputs:
 
     def conditions(self) -> pd.DataFrame:
         """The conditions table (``traces.conditions_table``) of the records added."""
-        return pd.DataFrame(self.rows, columns=list(CONDITION_COLUMNS))
+        frame = pd.DataFrame(self.rows, columns=list(CONDITION_COLUMNS))
+        return frame.sort_values("episode_id", kind="stable", ignore_index=True)  # not log order
 
 
 def principle_tables(

@@ -38,6 +38,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .bootstrap import canonical_values
+
 R80_THRESHOLD = 0.8
 MAIN_SET = "main"
 """``meta.set`` of the DotArrays main battery, the only set R80 is fitted on."""
@@ -184,6 +186,7 @@ def _resampled_means(r: np.ndarray, n_resamples: int, rng: np.random.Generator) 
     averaged as they come: numpy draws bounded integers below 2**32 from one running 32-bit
     stream whatever the block sizes, so the means are those of the single index matrix one
     call would draw, in bounded memory."""
+    r = canonical_values(r)  # the means do not depend on the images' order
     m = len(r)
     out = np.empty(n_resamples)
     rows = max(1, _CHUNK_ENTRIES // m)

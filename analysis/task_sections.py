@@ -257,6 +257,8 @@ def write_task_sections(
         kept = by_task.get(task_of_record(r))
         if kept is not None:
             kept.append(r)
+    for kept in by_task.values():  # episode-id order, not log order: the same tables however logged
+        kept.sort(key=lambda r: r.episode_id)
     cf_records = by_task["countercount"]
     if cf_records:
         from countgym.analysis import cf

@@ -12,6 +12,7 @@ from countgym.analysis import (
     absolute_error,
     acc10_score,
     accuracy_by,
+    bootstrap,
     bootstrap_mean_ci,
     bootstrap_ratio_ci,
     bootstrap_ratios,
@@ -27,6 +28,8 @@ from countgym.analysis import (
     tolerance_10,
     within_10,
 )
+from countgym.analysis.capacity import median_ci
+from countgym.analysis.r80 import counting_range
 
 # --- Acc@10% floor rule -------------------------------------------------------------------------
 
@@ -161,7 +164,6 @@ def test_bootstrap_mean_ignores_nan_items_in_estimate() -> None:
 
 
 def test_bootstrap_chunking_does_not_change_results(monkeypatch: pytest.MonkeyPatch) -> None:
-    from countgym.analysis import bootstrap
 
     x = np.arange(50, dtype=float)[None]
     full = bootstrap_ratios(x, np.ones_like(x), n_resamples=64, seed=1)
@@ -179,11 +181,41 @@ def test_bootstrap_ratios_are_the_resampled_sums_over_their_denominators() -> No
     num = np.stack([rng.random(n), rng.integers(0, 9, n).astype(float), rng.random(n)])
     den = np.stack([np.ones(n), (rng.random(n) < 0.7).astype(float), rng.random(n) + 0.5])
     got = bootstrap_ratios(num, den, n_resamples=50, seed=3)
+    order = bootstrap.canonical_order(num, den)  # items are resampled in their canonical order
+    num, den = num[:, order], den[:, order]
     idx = np.random.default_rng(3).integers(0, n, size=(50, n))
     for j in range(3):
         s_den = den[j][idx].sum(axis=1)
         want = np.where(s_den > 0, num[j][idx].sum(axis=1) / np.where(s_den > 0, s_den, 1), np.nan)
         np.testing.assert_array_equal(got[j], want)
+
+
+def test_bootstrap_does_not_depend_on_the_order_items_come_in() -> None:
+    """Logs list episodes in the order they finished: the same items in another order give the
+    same resamples, and so the same interval, for every bootstrap of the audit."""
+    rng = np.random.default_rng(5)
+    n = 41
+    num = np.stack([rng.integers(0, 2, n).astype(float), rng.random(n)])
+    den = np.stack([np.ones(n), (rng.random(n) < 0.6).astype(float)])
+    perm = rng.permutation(n)
+    np.testing.assert_array_equal(
+        bootstrap_ratios(num, den, n_resamples=200, seed=7),
+        bootstrap_ratios(num[:, perm], den[:, perm], n_resamples=200, seed=7),
+    )
+    ci = bootstrap_ratio_ci(num[1], den[1], seed=2)
+    assert ci == bootstrap_ratio_ci(num[1][perm], den[1][perm], seed=2)
+    values = rng.normal(0, 1, n)
+    assert median_ci(values, seed=3) == median_ci(values[perm], seed=3)
+    # R80 over items with no image ids: its per-level rates come in log order.
+    levels = rng.integers(1, 6, n)
+    hits = (rng.random(n) < 0.8).astype(int)
+    r80 = counting_range(levels, hits, n_resamples=300, seed=1)
+    again = counting_range(levels[perm], hits[perm], n_resamples=300, seed=1)
+    np.testing.assert_equal((r80.ci_low, r80.ci_high), (again.ci_low, again.ci_high))
+    assert not np.isnan(r80.ci_high)
+    # The canonical order does not split a multi-statistic item: columns move together.
+    order = bootstrap.canonical_order(num, den)
+    assert sorted(map(tuple, np.vstack([num, den]).T[order])) == sorted(map(tuple, np.vstack([num, den]).T))
 
 
 def test_bootstrap_coverage_near_nominal() -> None:
