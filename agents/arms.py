@@ -30,9 +30,8 @@ from __future__ import annotations
 import json
 import math
 import re
-import threading
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -54,6 +53,7 @@ from countgym.agents.backends.base import (
 from countgym.agents.backends.factory import make_backend
 from countgym.agents.base import ArmFamily, Task
 from countgym.agents.context import KEEP_IMAGES, apply_context_policy
+from countgym.bounded_cache import BoundedCache
 from countgym.envs import native_tools as NT
 from countgym.envs import templates as T
 from countgym.envs.actions import Answer, Reply, Tag
@@ -477,9 +477,7 @@ TILE_URL_CHARS = 64 * 2**20
 """Data URLs of upscaled tiles kept per process, in characters: every model's ``tiles`` episode
 on a stimulus sends the same four tiles, and a bicubic upscale of a 422 px tile to 768 px costs
 about 10 ms, encoding it a few more."""
-_TILE_URLS: OrderedDict[tuple[Any, ...], EncodedImage] = OrderedDict()
-_TILE_CHARS = 0
-_TILE_LOCK = threading.Lock()
+_TILE_URLS: BoundedCache[tuple[Any, ...], EncodedImage] = BoundedCache(2**62, TILE_URL_CHARS, lambda t: len(t.url))
 
 
 def tile_image(image: np.ndarray, box: tuple[int, int, int, int], *, encoded: bool = False) -> Any:
@@ -487,26 +485,18 @@ def tile_image(image: np.ndarray, box: tuple[int, int, int, int], *, encoded: bo
     backend that sends PNG data URLs): its lossless PNG (``EncodedImage``), the same bytes the
     backend would make from the array, kept per process (``TILE_URL_CHARS``) when ``image`` is a
     stimulus's unmarked view (``view_key``): equal keys are equal pixels."""
-    global _TILE_CHARS
     x0, y0, x1, y1 = box
     if not encoded:
         return upscale(image[y0:y1, x0:x1])
     view = view_key(image)
     key = None if view is None else (view, tuple(image.shape), (x0, y0, x1, y1))
     if key is not None:
-        with _TILE_LOCK:
-            hit = _TILE_URLS.get(key)
-            if hit is not None:
-                _TILE_URLS.move_to_end(key)
-                return hit
+        hit = _TILE_URLS.get(key)
+        if hit is not None:
+            return hit
     tile = encoded_image(upscale(image[y0:y1, x0:x1]))
     if key is not None:
-        with _TILE_LOCK:
-            if key not in _TILE_URLS:
-                _TILE_URLS[key] = tile
-                _TILE_CHARS += len(tile.url)
-            while len(_TILE_URLS) > 1 and _TILE_CHARS > TILE_URL_CHARS:
-                _TILE_CHARS -= len(_TILE_URLS.popitem(last=False)[1].url)
+        _TILE_URLS.put(key, tile)
     return tile
 
 

@@ -1,10 +1,12 @@
 """A least-recently-used map bounded by its number of entries and by their size in all.
 
-The harness keeps three such caches: decoded originals (``countgym.envs.originals``), decoded
-views, and the data URLs of shared views (``countgym.agents.backends.base``). Their size in all
-is kept as entries come, go and change, so an insert costs the same with one entry kept or a
-thousand (a sum over the cache at every insert cost about 0.3 ms at 1,024 entries: more than
-the rest of a photo episode's first call).
+The harness keeps five such caches: originals and decoded views (``countgym.envs.originals``),
+the data URLs of shared views (``countgym.agents.backends.base``), the deflated row bands of
+views (``countgym.agents.backends.png_bands``) and the tiles arm's upscaled tiles
+(``countgym.agents.arms``). Their size in all is kept as entries come, go and change, so an
+insert costs the same with one entry kept or a thousand (the originals' cache summed its
+entries at every insert: about 0.1-0.3 ms per new image once a few hundred were kept, more than
+the rest of a JPEG photo episode's first call).
 """
 
 from __future__ import annotations

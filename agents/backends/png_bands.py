@@ -15,12 +15,12 @@ are never read again. Decoders see exactly the image's pixels; the bytes differ 
 from __future__ import annotations
 
 import struct
-import threading
 import zlib
-from collections import OrderedDict
 from collections.abc import Hashable
 
 import numpy as np
+
+from countgym.bounded_cache import BoundedCache
 
 BAND_ROWS = 16
 """Rows per independently deflated band (about 37 KB of a 768-wide RGB image)."""
@@ -41,9 +41,7 @@ _SIGNATURE = b"\x89PNG\r\n\x1a\n"
 Band = tuple[bytes, int, int]
 """(raw deflate bytes ending in a full flush, Adler-32 of the filtered bytes, their length)."""
 
-_BANDS: OrderedDict[Hashable, list[Band]] = OrderedDict()
-_BYTES = 0
-_LOCK = threading.Lock()
+_BANDS: BoundedCache[Hashable, list[Band]] = BoundedCache(MAX_VIEWS, MAX_BYTES, lambda bands: sum(len(b[0]) for b in bands))
 
 
 def adler32_combine(adler1: int, adler2: int, len2: int) -> int:
@@ -98,23 +96,14 @@ def _band(rows: np.ndarray, start: int, stop: int, deflate: zlib._Compress) -> B
 
 def _view_bands(key: Hashable, view_rows: np.ndarray) -> list[Band]:
     """The unmarked view's bands, deflated once per view (bounded cache)."""
-    with _LOCK:
-        hit = _BANDS.get(key)
-        if hit is not None:
-            _BANDS.move_to_end(key)
-            return hit
+    hit = _BANDS.get(key)
+    if hit is not None:
+        return hit
     h = view_rows.shape[0]
     raw = _filtered(view_rows, 0, h)  # the whole view at once: the bands are row slices of it
     deflate = _compressor()
     bands = [_deflated(deflate, raw[s : s + BAND_ROWS]) for s in range(0, h, BAND_ROWS)]
-    size = sum(len(b[0]) for b in bands)
-    global _BYTES
-    with _LOCK:
-        if key not in _BANDS:
-            _BANDS[key] = bands
-            _BYTES += size
-        while len(_BANDS) > 1 and (len(_BANDS) > MAX_VIEWS or _BYTES > MAX_BYTES):
-            _BYTES -= sum(len(b[0]) for b in _BANDS.popitem(last=False)[1])
+    _BANDS.put(key, bands)
     return bands
 
 
@@ -165,7 +154,4 @@ def _chunk(kind: bytes, data: bytes) -> bytes:
 
 def clear() -> None:
     """Forget every cached view's bands."""
-    global _BYTES
-    with _LOCK:
-        _BANDS.clear()
-        _BYTES = 0
+    _BANDS.clear()
