@@ -82,6 +82,7 @@ class PrincipleInputs:
         self.seen: set[str] = set()
         self.taus: dict[str, float] = {}
         self.lattice: list[int] = []
+        self._lattice_ids: list[str] = []
         self.n = 0
         self.arm_memo = ArmMemo()
 
@@ -103,7 +104,13 @@ class PrincipleInputs:
         )
         if rec.tags and not cut and self.stimuli.cells(rec) is not None:
             self.lattice.append(self.n)
+            self._lattice_ids.append(rec.episode_id)
         self.n += 1
+
+    def lattice_positions(self) -> list[int]:
+        """``lattice`` in episode-id order, not log order: the lattice table's sums are then the
+        same however the log orders the episodes."""
+        return [p for _, p in sorted(zip(self._lattice_ids, self.lattice, strict=True))]
 
     def tap(self, records: Iterable[EpisodeRecord]) -> Iterator[EpisodeRecord]:
         """``records``, each added on its way through."""
@@ -154,6 +161,6 @@ def principle_tables(
         "perturbation": perturbation_table(records, episodes, cond, cache),
         "tags_vs_direct": tags_vs_direct_table(episodes, direct_arms=opts.direct_arms),
         "departures": departures_table(episodes),
-        "lattice": lattice_table(subset(records, inputs.lattice), episodes, cache),
+        "lattice": lattice_table(subset(records, inputs.lattice_positions()), episodes, cache),
     }
     return {k: v for k, v in tables.items() if not v.empty}

@@ -67,3 +67,15 @@ def test_countercount_tables_do_not_depend_on_log_order(tmp_path: Path) -> None:
                  "--out", str(runs), "--repeats", "3", "--concurrency", "4", "--no-progress"]) == 0
     names = _same_tables(runs, tmp_path)
     assert "countercount/cf_scores.csv" in names
+
+
+@pytest.mark.slow  # the DotArrays common battery (built once per cache) through the noisy pointer
+def test_lattice_and_battery_tables_do_not_depend_on_log_order(tmp_path: Path) -> None:
+    """The demo's battery: its lattice table sums per-record scores, which it now takes in
+    episode-id order (a shuffled log read its means differently in the last bit before)."""
+    runs = tmp_path / "runs"
+    for agent in ("noisy-pointer", "blob-counter"):
+        assert main(["run", "--data", "dotarrays:common", "--agent", agent, "--out", str(runs), "--limit", "30",
+                     "--repeats", "2", "--concurrency", "4", "--no-progress"]) == 0
+    names = _same_tables(runs, tmp_path)
+    assert "lattice.csv" in names
