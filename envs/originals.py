@@ -43,9 +43,11 @@ Where the cache cannot be written the fit is simply done again.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import io
+import operator
 import os
 import struct
 import threading
@@ -62,6 +64,7 @@ from countgym.envs.common import fit_long_side
 from countgym.envs.jpeg_clean import jpeg_parse
 from countgym.envs.render import render_working_image
 from countgym.envs.stored_view import StoredView
+from countgym.scenes.cache_marks import JPEG_VERDICT
 
 MAX_ENTRIES = 1024
 """Originals kept for reuse, at most (an encoded one holds only its PNG; a battery image its runs
@@ -540,22 +543,14 @@ def _jpeg_as_sent(data: bytes, key: tuple[Any, ...], max_side: int, record: str)
     image data untouched, as for a video frame), held as those bytes; None for any other JPEG.
 
     Finding the segments reads every entropy-coded byte: the verdict (size and the byte spans
-    kept) is recorded in ``record`` (the derived cache's ``sent/``, beside the PNG records), and
-    a later process reads it instead while the file is unchanged."""
+    kept) is recorded as ``record`` (the derived cache's ``sent/``, beside the PNG records,
+    ``_write_jpeg_record``), and a later process reads it instead while the file is unchanged."""
     parsed = _read_jpeg_record(record, len(data))
     if parsed is None:
         parsed = jpeg_parse(data)
         if parsed is None:
             return None
-        folder, name = os.path.split(record)
-        tmp = os.path.join(folder, f".{name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        try:
-            _derived_folder(Path(folder))
-            numbers = [*parsed[1], *(i for span in parsed[0] for i in span)]
-            Path(tmp).write_text(" ".join(["jpeg", *map(str, numbers)]))
-            os.replace(tmp, record)
-        except OSError:  # a read-only cache: the next process parses it again
-            Path(tmp).unlink(missing_ok=True)
+        _write_jpeg_record(record, parsed)
     spans, size = parsed
     if not 1 <= min(size) <= max(size) <= max_side:
         return None
@@ -564,27 +559,58 @@ def _jpeg_as_sent(data: bytes, key: tuple[Any, ...], max_side: int, record: str)
     return Original.from_sent(sent, "image/jpeg", size, key)
 
 
-def _read_jpeg_record(record: str, length: int) -> tuple[list[tuple[int, int]], tuple[int, int]] | None:
-    """(spans, size) from a JPEG verdict ``_jpeg_as_sent`` recorded, or None when there is none
-    or it does not describe a file of ``length`` bytes (any doubt: parse the file again)."""
+def _write_jpeg_record(record: str, parsed: tuple[list[tuple[int, int]], tuple[int, int]]) -> None:
+    """Record a JPEG's verdict (``jpeg W H A0 B0 A1 B1 ...``: its size, then the ends of the byte
+    spans kept) as the target of a symbolic link named ``record``, which a later episode reads
+    with one system call (``os.readlink``), no open and no read; where links cannot be made, as
+    the content of a file of that name. A read-only cache records nothing: the next process
+    parses the file again."""
+    spans, size = parsed
+    text = " ".join(["jpeg", *map(str, [*size, *(i for span in spans for i in span)])])
+    folder, name = os.path.split(record)
+    tmp = os.path.join(folder, f".{name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
-        fd = os.open(record, os.O_RDONLY)
+        _derived_folder(Path(folder))
+        try:
+            os.symlink(text, tmp)
+        except (OSError, NotImplementedError):  # a file system or platform without links
+            Path(tmp).write_text(text)
+        os.replace(tmp, record)
     except OSError:
-        return None
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def _read_jpeg_record(record: str, length: int) -> tuple[list[tuple[int, int]], tuple[int, int]] | None:
+    """(spans, size) from a JPEG verdict ``_write_jpeg_record`` recorded (a link's target, or a
+    file's content), or None when there is none or it does not describe a file of ``length``
+    bytes (any doubt: parse the file again)."""
     try:
-        kind, *words = os.read(fd, 65536).split()
-        numbers = [int(w) for w in words if w.isdigit()]  # bytes.isdigit: ASCII digits only
-    except (OSError, ValueError):
+        text = os.readlink(record)
+    except FileNotFoundError:
         return None
-    finally:
-        os.close(fd)
-    if kind != b"jpeg" or len(numbers) != len(words) or len(numbers) < 4 or len(numbers) % 2:
+    except OSError:  # not a link: a verdict kept as a file's content
+        try:
+            fd = os.open(record, os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            text = os.read(fd, 65536).decode("ascii")
+        except (OSError, UnicodeDecodeError):
+            return None
+        finally:
+            os.close(fd)
+    words = JPEG_VERDICT.fullmatch(text)
+    if words is None:
         return None
-    w, h, *ends = numbers
+    w, h, *ends = map(int, words[1].split())
+    if len(ends) % 2 or ends[-1] > length:
+        return None
     # Spans in order, none empty, none overlapping, all within the file.
-    if ends != sorted(ends) or ends[-1] > length or not all(a < b for a, b in zip(ends[::2], ends[1::2], strict=True)):
+    starts, stops = ends[::2], ends[1::2]
+    if ends != sorted(ends) or not all(map(operator.lt, starts, stops)):
         return None
-    return list(zip(ends[::2], ends[1::2], strict=True)), (w, h)
+    return list(zip(starts, stops, strict=True)), (w, h)
 
 
 _STREAMS_CHECKED: set[tuple[Any, ...]] = set()

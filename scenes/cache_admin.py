@@ -32,7 +32,7 @@ from .cache_marks import (
     FLAT_KINDS,
     ROOT_MARKER,
     ensure_root,
-    flat_file,
+    flat_entry,
     has_build_marker,
     is_lock_file,
     is_marked_root,
@@ -120,8 +120,8 @@ def unmarked_roots() -> list[Path]:
 def _flat_entry(kind: Path) -> CacheEntry | None:
     if not has_build_marker(kind):
         return None
-    files = tuple(q for q in sorted(kind.iterdir()) if q.is_file() and not q.is_symlink() and flat_file(q.name))
-    return CacheEntry(kind, "complete", sum(q.stat().st_size for q in files), len(files), files)
+    files = tuple(q for q in sorted(kind.iterdir()) if flat_entry(q))
+    return CacheEntry(kind, "complete", sum(q.lstat().st_size for q in files), len(files), files)
 
 
 def cache_entries(roots: Iterable[Path] | None = None) -> list[CacheEntry]:
@@ -222,7 +222,7 @@ def _still_countgyms(e: CacheEntry) -> bool:
 def _remove(e: CacheEntry) -> None:
     if e.files:
         for f in e.files:
-            if flat_file(f.name) and not f.is_symlink():
+            if flat_entry(f):
                 f.unlink(missing_ok=True)
         return
     if e.path.is_dir() and not e.path.is_symlink():

@@ -20,6 +20,7 @@ refuses it (a user who wants it cleaned points the variable at a dedicated folde
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -46,6 +47,10 @@ _DERIVED_NAME = re.compile(r"[A-Za-z0-9.+-]+-[0-9a-f]{4,64}")
 _FITTED_FILE = re.compile(r"[0-9a-f]{40}\.png")
 _FITTED_TMP = re.compile(r"\.[0-9a-f]{40}\.png\.\d+\.\d+\.tmp")
 _SENT_FILE = re.compile(r"[0-9a-f]{40}")
+JPEG_VERDICT = re.compile(r"jpeg((?: [0-9]{1,15}){4,})")
+"""A JPEG's recorded verdict in ``sent/`` (``countgym.envs.originals``): ``jpeg``, its width and
+height, then the ends of the byte spans sent, ASCII digits one space apart. Kept as the target of
+a symbolic link named like a record (``sent_link``), or as a record's content."""
 
 
 def fitted_file(name: str) -> bool:
@@ -57,6 +62,25 @@ def flat_file(name: str) -> bool:
     """Whether ``name`` is a plain file countgym writes in a folder of ``FLAT_KINDS``: a fitted
     copy (or its temp file), or a record of a checked source file."""
     return fitted_file(name) or bool(_SENT_FILE.fullmatch(name))
+
+
+def sent_link(path: Path) -> bool:
+    """Whether ``path`` is a JPEG verdict countgym keeps as a link in ``sent/``: a symbolic link
+    named like a record whose target is a verdict (``JPEG_VERDICT``), text that names no file."""
+    if not _SENT_FILE.fullmatch(path.name):
+        return False
+    try:
+        return JPEG_VERDICT.fullmatch(os.readlink(path)) is not None
+    except OSError:  # not a link
+        return False
+
+
+def flat_entry(path: Path) -> bool:
+    """Whether ``path``, in a folder of ``FLAT_KINDS``, is what countgym writes there: a plain file
+    named as ``flat_file`` says, or a JPEG verdict's link (``sent_link``). No other link is."""
+    if path.is_symlink():
+        return sent_link(path)
+    return path.is_file() and flat_file(path.name)
 
 
 def target_name(name: str) -> str:
@@ -124,8 +148,7 @@ def _adoptable_derived(root: Path) -> bool:
             return False
         for entry in kind.iterdir():
             if kind.name in FLAT_KINDS:
-                ok = (entry.is_file() and not entry.is_symlink()
-                      and (flat_file(entry.name) or entry.name == BUILD_MARKER))
+                ok = flat_entry(entry) or (entry.name == BUILD_MARKER and entry.is_file() and not entry.is_symlink())
             else:
                 ok = _legacy(entry, _DERIVED_NAME)
             if not ok:
@@ -202,6 +225,7 @@ def ensure_root(root: Path, *, derived: Path | None = None) -> bool:
 
 
 __all__ = [
-    "BUILD_MARKER", "DERIVED_KINDS", "FLAT_KINDS", "LOCK_TEXT", "ROOT_MARKER", "adoptable", "ensure_root",
-    "fitted_file", "flat_file", "has_build_marker", "is_lock_file", "is_marked_root", "mark_build", "target_name",
+    "BUILD_MARKER", "DERIVED_KINDS", "FLAT_KINDS", "JPEG_VERDICT", "LOCK_TEXT", "ROOT_MARKER", "adoptable",
+    "ensure_root", "fitted_file", "flat_entry", "flat_file", "has_build_marker", "is_lock_file", "is_marked_root",
+    "mark_build", "sent_link", "target_name",
 ]

@@ -140,6 +140,10 @@ def test_an_old_countgym_cache_is_adopted_and_cleaned(tmp_path: Path, monkeypatc
     (root / ".countvideo-v1-all-1920x1080.lock").write_text("")
     (root / "derived" / "fitted").mkdir(parents=True)
     (root / "derived" / "fitted" / ("b" * 40 + ".png")).write_bytes(b"z")
+    sent = root / "derived" / "sent"
+    sent.mkdir()
+    (sent / ("c" * 40)).write_bytes(b"")  # a checked PNG
+    (sent / ("d" * 40)).symlink_to("jpeg 96 96 0 20 64 9619")  # a JPEG's verdict
     monkeypatch.setenv("COUNTGYM_CACHE", str(root))
     monkeypatch.delenv("COUNTGYM_DERIVED_CACHE", raising=False)
     assert main(["cache", "clean"]) == 0
@@ -148,6 +152,7 @@ def test_an_old_countgym_cache_is_adopted_and_cleaned(tmp_path: Path, monkeypatc
     assert not (root / ".countvideo-v1-all-1920x1080.lock").exists()
     assert main(["cache", "clean", "--all"]) == 0
     assert not (root / "dotarrays-v2").exists() and not (root / "derived" / "fitted" / ("b" * 40 + ".png")).exists()
+    assert not [p for p in sent.iterdir() if not p.name.startswith(".")]
 
 
 def test_an_old_cache_with_a_foreign_folder_is_refused_whole(tmp_path: Path, monkeypatch, capsys) -> None:

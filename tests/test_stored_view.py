@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import base64
 import copy
+import errno
 import io
 import os
 import pickle
+import re
 import struct
 import zlib
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -257,48 +260,131 @@ def test_the_records_of_checked_files_are_a_cache_entry_that_clean_removes(tmp_p
     monkeypatch.setenv("COUNTGYM_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("COUNTGYM_DERIVED_CACHE", str(tmp_path / "cache" / "derived"))
     ds = _photos(tmp_path / "p")
+    _exif_jpeg(ds, "p1")  # one PNG (an empty record) and one JPEG (its verdict, a link)
     env = CountImageEnv(ds, tools=("tag",))
     for sid in ds.ids():
         _first_call(env, sid)
     sent = tmp_path / "cache" / "derived" / "sent"
+    assert sorted(p.is_symlink() for p in sent.iterdir() if not p.name.startswith(".")) == [False, True]
     foreign = sent / "notes.txt"
     foreign.write_text("a user's file")
+    # A user's links, even named like a record, are not countgym's: only a verdict's link is.
+    (sent / ("ab" * 20)).symlink_to(foreign)
+    (sent / "jpeg-link").symlink_to("jpeg 1 1 0 2")
     assert main(["cache"]) == 0
     rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("  ")}
     assert rows["sent"][1] == "complete" and "2 items" in " ".join(rows["sent"])
     assert main(["cache", "clean", "--all"]) == 0
-    assert [p.name for p in sent.iterdir() if not p.name.startswith(".")] == ["notes.txt"]
+    assert sorted(p.name for p in sent.iterdir() if not p.name.startswith(".")) == ["ab" * 20, "jpeg-link", "notes.txt"]
+    assert foreign.read_text() == "a user's file"
     counts = _counting(monkeypatch)
     originals.clear()
     _first_call(env, "p0")
     assert counts["inflate"] == 1  # forgotten: checked again
 
 
-def test_a_jpeg_verdict_is_recorded_once_and_a_bad_record_only_means_parsing_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    ds = _photos(tmp_path / "p")
-    path = ds.image_path(ds["p0"])
+def _exif_jpeg(ds: Any, sid: str) -> Path:
+    """Re-save ``sid``'s image as a JPEG with an EXIF label (cut out of what is sent)."""
+    path = ds.image_path(ds[sid])
     exif = Image.Exif()
     exif[0x010E] = "a label"
     with Image.open(path) as im:
         im.save(path, format="JPEG", quality=92, exif=exif)
+    return path
+
+
+def _counting_parses(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     parses: list[int] = []
     real = originals.jpeg_parse
     monkeypatch.setattr(originals, "jpeg_parse", lambda data: parses.append(1) or real(data))
+    return parses
+
+
+def test_a_jpeg_verdict_is_recorded_once_and_a_bad_record_only_means_parsing_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ds = _photos(tmp_path / "p")
+    path = _exif_jpeg(ds, "p0")
+    parses = _counting_parses(monkeypatch)
     env = CountImageEnv(ds, tools=("tag",))
     _, first = _first_call(env, "p0")
-    records = [p for p in (tmp_path / "derived" / "sent").iterdir() if not p.name.startswith(".")]
+    sent = tmp_path / "derived" / "sent"
+    records = [p for p in sent.iterdir() if not p.name.startswith(".")]
     assert parses == [1] and len(records) == 1
-    for record_text, expect_parses in ((None, 1), ("jpeg 96 96 0 999999999", 2), ("garbage", 3)):
-        if record_text is not None:
-            records[0].write_text(record_text)
+    record = records[0]
+    # Kept as a link's target: read with one call, no open, no read.
+    target = os.readlink(record)
+    # Its size, then the spans kept: SOI and the JFIF segment, then all after the EXIF segment.
+    assert re.fullmatch(rf"jpeg 96 96 0 20 \d+ {path.stat().st_size}", target), target
+    good = target
+
+    def link(text: str) -> None:
+        record.unlink()
+        os.symlink(text, record)
+
+    def content(text: str) -> None:
+        record.unlink()
+        record.write_text(text)
+
+    cases = [
+        (None, 1),  # recorded: not parsed again
+        (lambda: link("jpeg 96 96 0 999999999"), 2),  # spans beyond the file
+        (lambda: link("jpeg 96 96 20 10"), 3),  # a span that ends before it starts
+        (lambda: link("jpeg 96 96 0 2 ٣ 9"), 4),  # digits, but not ASCII ones
+        (lambda: link("garbage"), 5),
+        (lambda: content(good), 5),  # a verdict kept as content (an earlier version's record)
+        (lambda: content("jpeg 96 96 0 999999999"), 6),
+        (lambda: content("\xff\xfe not text"), 7),
+    ]
+    for spoil, expect_parses in cases:
+        if spoil is not None:
+            spoil()
         originals.clear()  # as a new process
         backend_base._VIEW_URLS.clear()
         obs, url = _first_call(env, "p0")
         assert len(parses) == expect_parses and url == first  # the same bytes, metadata cut
+        if expect_parses > 1 and spoil is not cases[5][0]:
+            assert os.readlink(record) == good  # a bad record is replaced by the verdict
+    assert sorted(p.name for p in sent.iterdir() if not p.name.startswith(".")) == [record.name]
     assert b"a label" not in base64.b64decode(first.partition(",")[2])
     assert np.array_equal(np.asarray(obs["image"]), _file_pixels(path))
+
+
+def test_where_links_cannot_be_made_the_jpeg_verdict_is_a_file_s_content(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ds = _photos(tmp_path / "p")
+    _exif_jpeg(ds, "p0")
+    parses = _counting_parses(monkeypatch)
+
+    def no_links(*args: Any, **kwargs: Any) -> None:
+        raise OSError(errno.EPERM, "symbolic links are not allowed here")
+
+    monkeypatch.setattr(originals.os, "symlink", no_links)
+    env = CountImageEnv(ds, tools=("tag",))
+    _, first = _first_call(env, "p0")
+    (record,) = [p for p in (tmp_path / "derived" / "sent").iterdir() if not p.name.startswith(".")]
+    assert not record.is_symlink() and record.read_text().startswith("jpeg 96 96 0 20 ")
+    originals.clear()  # as a new process
+    _, url = _first_call(env, "p0")
+    assert parses == [1] and url == first
+
+
+def test_a_read_only_cache_records_no_verdict_and_still_sends_the_photo(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ds = _photos(tmp_path / "p")
+    _exif_jpeg(ds, "p0")
+    parses = _counting_parses(monkeypatch)
+    monkeypatch.setattr(originals, "_derived_folder", lambda folder: (_ for _ in ()).throw(PermissionError(folder)))
+    env = CountImageEnv(ds, tools=("tag",))
+    _, first = _first_call(env, "p0")
+    originals.clear()
+    _, url = _first_call(env, "p0")
+    assert parses == [1, 1] and url == first and url.startswith("data:image/jpeg;base64,")
+    assert not (tmp_path / "derived" / "sent").exists() or not any(
+        p for p in (tmp_path / "derived" / "sent").iterdir() if not p.name.startswith(".")
+    )
 
 
 def test_a_jpeg_whose_data_does_not_decode_is_one_clear_error_when_read(tmp_path: Path) -> None:
