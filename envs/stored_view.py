@@ -34,7 +34,7 @@ class StoredView:
     are equal (``==``, a bool) when they show the same pixels.
     """
 
-    __slots__ = ("original", "shape", "_pixels", "__weakref__")
+    __slots__ = ("original", "shape", "_pixels", "url", "__weakref__")
     dtype = np.dtype(np.uint8)
     ndim = 3
 
@@ -43,10 +43,18 @@ class StoredView:
         object.__setattr__(self, "original", original)
         object.__setattr__(self, "shape", (int(h), int(w), 3))
         object.__setattr__(self, "_pixels", None)
+        object.__setattr__(self, "url", None)
 
     original: Any
     """The ``countgym.envs.originals.Original`` this is the unmarked view of."""
     shape: tuple[int, int, int]
+    url: str | None
+    """The data URL a backend sent this view as (``countgym.agents.backends.base.png_data_url``,
+    kept for the episode's later turns), or None before it is sent."""
+
+    def remember_url(self, url: str) -> None:
+        """Keep ``url``, the data URL of exactly these pixels (``png_data_url`` only)."""
+        object.__setattr__(self, "url", url)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("a StoredView is immutable")

@@ -63,11 +63,28 @@ def test_each_unmarked_view_is_encoded_once_and_observations_stay_fresh(tmp_path
     assert not np.shares_memory(first[0], first[1])
     assert not first[0].flags.writeable
     assert all(np.array_equal(first[0], f) for f in first[1:])
-    # ... yet the same view is encoded once: the backends hand out the same data URL object.
-    urls = [png_data_url(f) for f in first]
-    assert urls[0] is urls[1] is urls[2]
-    other = CountImageEnv(ds, tools=("tag",)).reset(options={"stimulus_id": "four"})[0]["image"]
-    assert png_data_url(other) != urls[0]
+    # ... yet the view is never encoded: its file is what is sent (base64 per episode, no cache
+    # entry to keep), the same bytes each time.
+    encodes: list[int] = []
+    real = base._encode
+    base._encode = lambda a: encodes.append(1) or real(a)  # type: ignore[assignment]
+    try:
+        urls = [png_data_url(f) for f in first]
+        assert urls[0] == urls[1] == urls[2] and not encodes
+        assert png_data_url(first[0]) is urls[0]  # the episode's later turns: kept on the view
+        other = CountImageEnv(ds, tools=("tag",)).reset(options={"stimulus_id": "four"})[0]["image"]
+        assert png_data_url(other) != urls[0]
+        # A source that must be encoded afresh (a colour-managed PNG) is encoded once per view:
+        # the backends hand out the same data URL object.
+        path = ds.image_path(ds["two"])
+        with Image.open(path) as im:
+            im.save(path, format="PNG", icc_profile=b"\0" * 16)
+        views = [CountImageEnv(ds, tools=("tag",)).reset(options={"stimulus_id": "two"})[0]["image"] for _ in range(3)]
+        urls = [png_data_url(v) for v in views]
+        assert urls[0] is urls[1] is urls[2] and len(encodes) == 1
+        assert np.array_equal(decode_data_url(urls[0]), np.asarray(views[0]))
+    finally:
+        base._encode = real  # type: ignore[assignment]
 
 
 def test_an_edited_image_file_is_read_again(tmp_path: Path) -> None:

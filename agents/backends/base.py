@@ -27,7 +27,7 @@ from countgym.cpu_slots import cpu_slot
 from countgym.dataurl import data_url
 from countgym.envs.actions import Reply
 from countgym.envs.frames import StoredFrame
-from countgym.envs.originals import drawn_over, original_of, view_key
+from countgym.envs.originals import drawn_over, view_key
 from countgym.envs.stored_view import StoredView
 from countgym.logs import Usage
 
@@ -162,7 +162,10 @@ def sum_cost(costs: Sequence[float | None]) -> float | None:
 _PNG_CACHE: dict[int, str] = {}
 _PNG_LOCK = threading.Lock()
 # Content-addressed by provenance: the encodings of the environments' shared unmarked views
-# (``countgym.envs.originals.view_key``), so each distinct view is encoded once per process.
+# (``countgym.envs.originals.view_key``), so each distinct view is encoded once per process. A
+# view sent as its source file is only base64-encoded, per episode, and kept on the view
+# (``StoredView.url``): in a cell that runs each file once, entries for those only pushed out
+# others, and left each new URL in memory the cache had not touched lately.
 _VIEW_URLS: BoundedCache[tuple[Any, ...], str] = BoundedCache(1024, 64 * 2**20, len)
 """The view encodings kept, at most: entries and characters in all (a paper's CounterCount cells
 show the same 214 images one cell after another; a 768 px photo's PNG is about 1 MB)."""
@@ -236,35 +239,47 @@ def png_data_url(image: np.ndarray | StoredView | EncodedImage | StoredFrame) ->
     """
     if isinstance(image, EncodedImage | StoredFrame):
         return image.url
+    if isinstance(image, StoredView):
+        return image.url or _view_url(image)
     key = id(image)
     with _PNG_LOCK:
         hit = _PNG_CACHE.get(key)
     if hit is not None:
         return hit
-    view = view_key(image)
-    url = _VIEW_URLS.get(view) if view is not None else None
-    png: bytes | None = None
-    if url is None:
-        original = original_of(image) if view is not None else None
-        if original is not None and original.sent is not None:
-            # The unmarked view of a source that is already what a model is sent: sent as it is.
-            png = original.sent
-            url = data_url(original.sent_type, png)
-        else:
-            with cpu_slot():  # at most one encode per core (``countgym.cpu_slots``)
-                png = _encode(image)
-                url = data_url("image/png", png)
-        if view is not None:
-            _VIEW_URLS.put(view, url)
-    if view is not None and (original := original_of(image)) is not None and original.png() is None:
-        # The shared original now holds this PNG instead of its pixels while episodes wait.
-        original.keep_encoded(png if png is not None else base64.b64decode(url.partition(",")[2]))
+    with cpu_slot():  # at most one encode per core (``countgym.cpu_slots``)
+        url = data_url("image/png", _encode(image))
     try:
         weakref.finalize(image, _PNG_CACHE.pop, key, None)
     except TypeError:  # objects without weakref support are simply not cached
         return url
     with _PNG_LOCK:
         _PNG_CACHE[key] = url
+    return url
+
+
+def _view_url(image: StoredView) -> str:
+    """``png_data_url`` of an unmarked view: its source file's image data when that is what a
+    model is sent, else its encoding, from the cache of view encodings (``_VIEW_URLS``); kept on
+    the view for the episode's later turns (no per-object cache entry, no finaliser)."""
+    original = image.original
+    if original.sent is not None:
+        # Already what a model is sent: sent as it is (base64 only, no cache entry to keep).
+        sent = data_url(original.sent_type, original.sent)
+        image.remember_url(sent)
+        return sent
+    view = image.key
+    url = _VIEW_URLS.get(view) if view is not None else None
+    png: bytes | None = None
+    if url is None:
+        with cpu_slot():
+            png = _encode(image)
+            url = data_url("image/png", png)
+        if view is not None:
+            _VIEW_URLS.put(view, url)
+    if view is not None and original.png() is None:
+        # The shared original now holds this PNG instead of its pixels while episodes wait.
+        original.keep_encoded(png if png is not None else base64.b64decode(url.partition(",")[2]))
+    image.remember_url(url)
     return url
 
 
