@@ -300,6 +300,14 @@ def _counting_parses(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return parses
 
 
+def _exif_photo_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[CountImageEnv, list[int]]:
+    """An environment whose stimulus ``p0`` is a JPEG with an EXIF label, and the list that
+    counts each parse of a JPEG's segments."""
+    ds = _photos(tmp_path / "p")
+    _exif_jpeg(ds, "p0")
+    return CountImageEnv(ds, tools=("tag",)), _counting_parses(monkeypatch)
+
+
 def test_a_jpeg_verdict_is_recorded_once_and_a_bad_record_only_means_parsing_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -353,15 +361,11 @@ def test_a_jpeg_verdict_is_recorded_once_and_a_bad_record_only_means_parsing_aga
 def test_where_links_cannot_be_made_the_jpeg_verdict_is_a_file_s_content(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ds = _photos(tmp_path / "p")
-    _exif_jpeg(ds, "p0")
-    parses = _counting_parses(monkeypatch)
-
     def no_links(*args: Any, **kwargs: Any) -> None:
         raise OSError(errno.EPERM, "symbolic links are not allowed here")
 
     monkeypatch.setattr(originals.os, "symlink", no_links)
-    env = CountImageEnv(ds, tools=("tag",))
+    env, parses = _exif_photo_env(tmp_path, monkeypatch)
     _, first = _first_call(env, "p0")
     (record,) = [p for p in (tmp_path / "derived" / "sent").iterdir() if not p.name.startswith(".")]
     assert not record.is_symlink() and record.read_text().startswith("jpeg 96 96 0 20 ")
@@ -373,11 +377,11 @@ def test_where_links_cannot_be_made_the_jpeg_verdict_is_a_file_s_content(
 def test_a_read_only_cache_records_no_verdict_and_still_sends_the_photo(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ds = _photos(tmp_path / "p")
-    _exif_jpeg(ds, "p0")
-    parses = _counting_parses(monkeypatch)
-    monkeypatch.setattr(originals, "_derived_folder", lambda folder: (_ for _ in ()).throw(PermissionError(folder)))
-    env = CountImageEnv(ds, tools=("tag",))
+    def read_only(folder: Path) -> None:
+        raise PermissionError(errno.EACCES, "read-only", str(folder))
+
+    monkeypatch.setattr(originals, "_derived_folder", read_only)
+    env, parses = _exif_photo_env(tmp_path, monkeypatch)
     _, first = _first_call(env, "p0")
     originals.clear()
     _, url = _first_call(env, "p0")
