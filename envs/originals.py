@@ -571,6 +571,8 @@ def _write_jpeg_record(record: str, parsed: tuple[list[tuple[int, int]], tuple[i
     tmp = os.path.join(folder, f".{name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         _derived_folder(Path(folder))
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)  # left by a killed process of this id: never write through it
         try:
             os.symlink(text, tmp)
         except (OSError, NotImplementedError):  # a file system or platform without links

@@ -14,6 +14,7 @@ import os
 import pickle
 import re
 import struct
+import threading
 import zlib
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from countgym.agents.backends import base as backend_base
 from countgym.agents.backends.base import encoded_image, png_data_url
 from countgym.envs import originals
 from countgym.envs.cf_env import CounterCountEnv
-from countgym.envs.image_env import CountImageEnv
+from countgym.envs.image_env import MAX_LONG_SIDE, CountImageEnv
 from countgym.envs.stored_view import StoredView
 from countgym.stimulus import Dataset, Stimulus, write_manifest
 from tests.conftest import make_tiny_dataset
@@ -372,6 +373,23 @@ def test_where_links_cannot_be_made_the_jpeg_verdict_is_a_file_s_content(
     originals.clear()  # as a new process
     _, url = _first_call(env, "p0")
     assert parses == [1] and url == first
+
+
+def test_a_temp_link_left_by_a_killed_process_is_replaced_not_written_through(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env, parses = _exif_photo_env(tmp_path, monkeypatch)
+    sent = tmp_path / "derived" / "sent"
+    sent.mkdir(parents=True)
+    path = env.dataset.image_path(env.dataset["p0"])
+    st = path.stat()
+    name = Path(originals._sent_record((str(path), st.st_size, st.st_mtime_ns, st.st_ino, MAX_LONG_SIDE))).name
+    stale = sent / f".{name}.{os.getpid()}.{threading.get_ident()}.tmp"
+    stale.symlink_to("jpeg 1 1 0 2")  # a verdict link of the same id, never moved into place
+    _, first = _first_call(env, "p0")
+    names = sorted(p.name for p in sent.iterdir() if p.name != ".countgym-build")
+    assert names == [name] and os.readlink(sent / name).startswith("jpeg 96 96 0 20 ")
+    assert parses == [1] and first.startswith("data:image/jpeg;base64,")
 
 
 def test_a_read_only_cache_records_no_verdict_and_still_sends_the_photo(
